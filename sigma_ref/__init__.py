@@ -1,0 +1,90 @@
+"""sigma-ref: the ground-truth oracle for GRPO-family advantage code.
+
+GRPO, Dr. GRPO, RLOO and DAPO all act on one number, the group reward standard
+deviation ``sigma = sqrt(k (G - k)) / G``. For binary rewards the per-prompt update
+is exactly ``g = (sigma**2 / d) * (s+ - s-)``, with ``d = sigma`` for GRPO.
+
+>>> import numpy as np, sigma_ref
+>>> sigma_ref.grpo_advantage(np.array([1.0, 0.0, 0.0, 0.0]))
+array([ 1.73205081, -0.57735027, -0.57735027, -0.57735027])
+"""
+
+from .advantages import dapo_keep_mask, dr_grpo_advantage, grpo_advantage, rloo_advantage
+from .audit import AuditResult, AuditRow, corpus_audit
+from .conventions import (
+    DR_GRPO,
+    OPENRLHF,
+    PAPER,
+    POST,
+    PRESETS,
+    TRL,
+    TRL_BATCH,
+    VERL,
+    Convention,
+    get_convention,
+)
+from .difficulty import (
+    arcsine_objective,
+    attenuation,
+    difficulty_weight,
+    exact_group_size,
+    expected_gradient,
+    fidelity,
+    mass_share,
+    mass_weight,
+    min_group_size,
+    silent_group_rate,
+)
+from .identity import (
+    ContinuousDecomposition,
+    Decomposition,
+    decompose,
+    decompose_continuous,
+    policy_gradient,
+)
+from .stats import centered_norm, group_sigma
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # group statistics
+    "group_sigma",
+    "centered_norm",
+    # conventions
+    "Convention",
+    "get_convention",
+    "PRESETS",
+    "PAPER",
+    "POST",
+    "DR_GRPO",
+    "TRL",
+    "TRL_BATCH",
+    "VERL",
+    "OPENRLHF",
+    # advantages
+    "grpo_advantage",
+    "dr_grpo_advantage",
+    "rloo_advantage",
+    "dapo_keep_mask",
+    # the identity
+    "policy_gradient",
+    "decompose",
+    "decompose_continuous",
+    "Decomposition",
+    "ContinuousDecomposition",
+    # closed forms in p
+    "silent_group_rate",
+    "expected_gradient",
+    "fidelity",
+    "attenuation",
+    "min_group_size",
+    "exact_group_size",
+    "difficulty_weight",
+    "mass_weight",
+    "mass_share",
+    "arcsine_objective",
+    # corpus audit
+    "corpus_audit",
+    "AuditResult",
+    "AuditRow",
+]
