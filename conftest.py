@@ -1,0 +1,22 @@
+"""Project-wide pytest configuration.
+
+The conformance options (``--impl``, ``--layout``, ...) and the hypothesis profiles
+live in the ``sigma_ref.pytest_plugin`` plugin, which an installed sigma-ref registers
+under ``pytest11`` so that ``sigma-ref check`` works from an install as well as from a
+clone. This file only adds what the project's own checkout needs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``@pytest.mark.cuda`` tests, with the reason, where no CUDA device is present."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device: torch.cuda.is_available() is False")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
