@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.sigma-ref-installed
 
-.PHONY: install demo test lint
+.PHONY: install demo test lint readme
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,6 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+readme: install
+	$(PY) tests/readme_blocks.py --write

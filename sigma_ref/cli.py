@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .audit import corpus_audit
+from .conventions import PRESETS
 
 __all__ = ["main"]
 
@@ -54,8 +55,37 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_audit)
 
 
+def conventions_table() -> str:
+    """The preset conventions as a markdown table (the README's conventions table)."""
+    rows = [
+        "| preset | ddof | eps | eps placement | scale | singleton group | source |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in PRESETS.values():
+        eps = "0" if c.eps == 0 else f"{c.eps:g}"
+        rows.append(
+            f"| `{c.name}` | {c.ddof} | {eps} | {c.eps_placement} | {c.scale} | {c.singleton} | {c.source} |"
+        )
+    return "\n".join(rows)
+
+
+def _conventions(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(conventions_table())
+    else:
+        for c in PRESETS.values():
+            print(c.describe())
+    return 0
+
+
+def _add_conventions(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("conventions", help="list the preset conventions (ddof, eps, scale, ...)")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.set_defaults(run=_conventions)
+
+
 #: Sub-command registrars: each adds its parser and sets ``run``.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_audit]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_audit, _add_conventions]
 
 
 def build_parser() -> argparse.ArgumentParser:

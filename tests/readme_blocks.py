@@ -1,0 +1,71 @@
+"""The README's generated blocks: every table or output it shows is produced by a command.
+
+A block is written in the README as::
+
+    <!-- generated: sigma-ref audit 0.5 --G 8 -->
+    ...the command's output...
+    <!-- end generated -->
+
+``python tests/readme_blocks.py --write`` (``make readme``) re-runs every command and
+rewrites the blocks; ``tests/test_readme.py`` fails when a block is stale. Output of a
+command given ``--markdown`` is pasted as is; any other is fenced as text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BLOCK = re.compile(r"(<!-- generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+
+
+def run(command: str) -> str:
+    """Run a README command (``sigma-ref ...`` resolves to this environment's script)."""
+    argv = shlex.split(command)
+    if argv[0] == "sigma-ref":
+        argv[0] = str(Path(sys.executable).parent / "sigma-ref")
+    elif argv[0] == "python":
+        argv[0] = sys.executable
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    return done.stdout
+
+
+def render(command: str, output: str) -> str:
+    """The block body for a command's output."""
+    if "--markdown" in shlex.split(command):
+        return output.rstrip("\n") + "\n"
+    return "```text\n" + output.rstrip("\n") + "\n```\n"
+
+
+def refresh(text: str) -> str:
+    """``text`` with every generated block re-run."""
+    return BLOCK.sub(lambda m: m.group(1) + render(m["cmd"], run(m["cmd"])) + m.group(4), text)
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """``(command, body)`` of every generated block."""
+    return [(m["cmd"], m["body"]) for m in BLOCK.finditer(text)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite README.md in place")
+    args = parser.parse_args()
+    text = README.read_text(encoding="utf-8")
+    new = refresh(text)
+    if args.write:
+        README.write_text(new, encoding="utf-8")
+        return 0
+    return 0 if new == text else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""The README's generated blocks match what their commands print today."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import readme_blocks
+
+
+@pytest.mark.parametrize(
+    "command,body",
+    readme_blocks.blocks(readme_blocks.README.read_text(encoding="utf-8")),
+    ids=lambda v: v if v.startswith(("sigma-ref", "python")) else "",
+)
+def test_generated_block_is_current(command: str, body: str) -> None:
+    """Each ``<!-- generated: CMD -->`` block equals CMD's output; ``make readme`` refreshes."""
+    expected = readme_blocks.render(command, readme_blocks.run(command))
+    assert body == expected, f"README block for `{command}` is stale; run `make readme`"
+
+
+def test_readme_has_generated_blocks() -> None:
+    """The README's tables and outputs are generated (the conventions table at least)."""
+    commands = [c for c, _ in readme_blocks.blocks(readme_blocks.README.read_text(encoding="utf-8"))]
+    assert "sigma-ref conventions --markdown" in commands
+    assert any(c.startswith("sigma-ref audit") for c in commands)
