@@ -30,3 +30,15 @@ lint: install
 
 readme: install
 	$(PY) tests/readme_blocks.py --write
+
+# make proofs: re-execute every proofs/NN_topic.py (jupytext percent, the source of truth) into
+# its NN_topic.ipynb with fixed cell ids and no timing metadata; a second run changes nothing.
+.PHONY: proofs
+proofs: install
+	$(PY) proofs/build.py
+
+# make peers: install TRL, verl and OpenRLHF (CPU, ~1 GB) for the adapters in spec/adapters
+# and `sigma-ref matrix`; the main install stays light.
+.PHONY: peers
+peers: install
+	bash spec/adapters/install_peers.sh $(PIP)

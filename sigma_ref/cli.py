@@ -88,6 +88,30 @@ def _add_conventions(sub: argparse._SubParsersAction) -> None:
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_audit, _add_conventions]
 
 
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    from .conformance.cli import add_check
+
+    add_check(sub)
+
+
+def _add_detect(sub: argparse._SubParsersAction) -> None:
+    from .conformance.cli import add_detect
+
+    add_detect(sub)
+
+
+COMMANDS += [_add_check, _add_detect]
+
+
+def _add_matrix(sub: argparse._SubParsersAction) -> None:
+    from .conformance.matrix import add_matrix
+
+    add_matrix(sub)
+
+
+COMMANDS.append(_add_matrix)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command."""
     parser = argparse.ArgumentParser(

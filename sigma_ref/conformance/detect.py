@@ -1,0 +1,330 @@
+"""Convention detection: probe an implementation with designed reward vectors.
+
+Each probe is a small batch whose answer separates two conventions (group size 4 unless
+said otherwise); every expected number comes from the oracle:
+
+1. *structure* ``[[1,0,0,0],[0,3,1,0]]``: are the advantages centred per group
+   (``sum_g A = 0``) and proportional to ``R - mu`` with one divisor ``d_g`` per group?
+   Equal divisors across groups mean ``scale="batch"`` (compared with the oracle's batch
+   std), ``d = 1`` (Dr. GRPO) or ``d = (G-1)/G`` (RLOO, confirmed at G = 3); otherwise
+   ``d_g / std_ddof(g)`` picks ``ddof`` 0 or 1.
+2. *eps* ``[[t,0,0,0]]`` with ``t = 4e-13``: the group std is far below any eps in use,
+   so ``d - std`` measures eps (0 if ``d = std``).
+3. *placement*: a group with ``std = 10 eps``: ``d = 11 eps`` means ``std + eps``
+   (``add``), ``d = 10 eps`` means ``max(std, eps)`` (``floor``).
+4. *silent* ``[[1,1,1,1],[1,0,0,0]]``: the silent group's advantages (0, NaN, ...).
+5. *singleton*: two groups of one, rewards 0.7 and 0.2: raises (``error``), 0
+   (``zero``) or ``R / (1 + eps)`` (``unit_std``).
+
+The detected fields are matched against :data:`sigma_ref.PRESETS` (and RLOO); when
+none matches, the nearest preset and the differing fields are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..advantages import dr_grpo_advantage, grpo_advantage, rloo_advantage
+from ..conventions import PAPER, PRESETS, Convention
+from .adapter import Adapter, Batch
+from .reference import Reference, as_numpy, reference_for
+
+__all__ = ["Detection", "detect_convention"]
+
+_REL = 1e-6  # structure tolerance of float64 probes
+_TINY = 4e-13
+
+
+@dataclasses.dataclass(frozen=True)
+class Detection:
+    """What the probes found.
+
+    ``family``: ``grpo``, ``dr_grpo``, ``rloo`` or ``unknown``. ``convention``: the
+    detected fields as a :class:`~sigma_ref.Convention` named ``"detected"`` (``None``
+    for RLOO or when the structure is not recognised). ``preset``: the matching preset
+    name (or ``"rloo"``), else ``None``. ``nearest`` / ``differences``: the closest
+    preset and how it differs. ``silent`` / ``singleton``: observed behaviour
+    (``zero``, ``nan``, ``inf``, ``nonzero``, ``error``, ``unit_std``). ``notes``: what
+    the probes saw, in words.
+    """
+
+    family: str
+    convention: Convention | None
+    preset: str | None
+    nearest: str | None
+    differences: tuple[str, ...]
+    silent: str
+    singleton: str
+    notes: tuple[str, ...]
+
+    @property
+    def reference(self) -> Reference:
+        """The behaviour to test against: the preset, the detected convention, or PAPER."""
+        if self.preset is not None:
+            return reference_for(self.preset)
+        if self.convention is not None:
+            return Reference("detected", self.convention)
+        if self.family == "rloo":
+            return reference_for("rloo")
+        return reference_for(self.nearest or PAPER.name)
+
+    def fields(self) -> str:
+        """The detected fields in one phrase."""
+        if self.family == "rloo":
+            return f"RLOO: d = (G-1)/G; silent={self.silent}; singleton={self.singleton}"
+        if self.convention is None:
+            return "unrecognised structure"
+        c = self.convention
+        if c.scale == "none":
+            d = "scale=none"
+        else:
+            eps = "eps=0" if c.eps == 0 else f"eps={c.eps:g} ({c.eps_placement})"
+            d = f"ddof={c.ddof}, {eps}, scale={c.scale}"
+        return f"{d}, singleton={self.singleton}, silent={self.silent}"
+
+    def summary(self) -> str:
+        """One line: the matching preset and the fields, or "no known convention"."""
+        if self.preset is not None:
+            return f"{self.preset} ({self.fields()})"
+        near = ""
+        if self.nearest is not None:
+            near = f"; nearest: {self.nearest} (differs in {', '.join(self.differences)})"
+        if any("inside the sqrt" in n for n in self.notes):
+            near += "; eps is inside the sqrt"
+        return f"no known convention ({self.fields()}){near}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        conv = dataclasses.asdict(self.convention) if self.convention is not None else None
+        return {
+            "summary": self.summary(),
+            "family": self.family,
+            "preset": self.preset,
+            "nearest": self.nearest,
+            "differences": list(self.differences),
+            "convention": conv,
+            "silent": self.silent,
+            "singleton": self.singleton,
+            "notes": list(self.notes),
+        }
+
+
+def _call(adapter: Adapter, batch: Batch) -> np.ndarray | None:
+    """Advantages of a probe as float64 numpy, or ``None`` if the call raised."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return adapter(batch).numpy()
+    except Exception:
+        return None
+
+
+def _divisors(c: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Least-squares ``d`` per row with ``c = d * a`` (rows of ``[B, G]``)."""
+    num = (c * c).sum(-1)
+    den = (c * a).sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return num / den
+
+
+def _oracle_divisors(rewards: np.ndarray, conv: Convention | None) -> np.ndarray:
+    c = as_numpy(dr_grpo_advantage(rewards))
+    a = as_numpy(rloo_advantage(rewards) if conv is None else grpo_advantage(rewards, convention=conv))
+    return _divisors(c, a)
+
+
+def _close(x: float, y: float, rel: float) -> bool:
+    return bool(abs(x - y) <= rel * max(abs(x), abs(y)))
+
+
+def _behaviour(values: np.ndarray | None) -> str:
+    if values is None:
+        return "error"
+    if np.isnan(values).any():
+        return "nan"
+    if np.isinf(values).any():
+        return "inf"
+    return "zero" if (values == 0).all() else "nonzero"
+
+
+def _structure(adapter: Adapter, notes: list[str]) -> tuple[str, int, str]:
+    """Family, ddof and scale from the structure probes."""
+    R = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 1.0, 0.0]])
+    a = _call(adapter, Batch.grouped(R))
+    if a is None:
+        notes.append("the implementation raised on the structure probe [[1,0,0,0],[0,3,1,0]]")
+        return "unknown", 0, "group"
+    a = a.reshape(R.shape)
+    if not np.isfinite(a).all():
+        notes.append(f"non-finite advantages {a.tolist()} for [[1,0,0,0],[0,3,1,0]]")
+        return "unknown", 0, "group"
+    c = as_numpy(dr_grpo_advantage(R))
+    size = max(1.0, float(np.abs(a).max()))
+    if (np.abs(a.sum(-1)) > 1e-6 * size).any():
+        notes.append(f"advantages do not sum to zero within groups (sums {a.sum(-1).tolist()})")
+        return "unknown", 0, "group"
+    with np.errstate(all="ignore"):
+        d = _divisors(c, a)
+    if (
+        not np.isfinite(d).all()
+        or not (np.abs(c - d[:, None] * a) <= 1e-6 * np.abs(c).max(-1, keepdims=True)).all()
+    ):
+        notes.append("advantages are centred but not proportional to R - mean within a group")
+        return "unknown", 0, "group"
+    if not (d > 0).all():
+        notes.append(f"advantages have the wrong sign (divisors {d.tolist()})")
+        return "unknown", 0, "group"
+    if _close(d[0], d[1], _REL):
+        if _close(d[0], 1.0, _REL):
+            return "dr_grpo", 0, "none"
+        rloo = _oracle_divisors(R, None)
+        if _close(d[0], rloo[0], _REL):
+            R3 = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+            a3 = _call(adapter, Batch.grouped(R3))
+            if a3 is not None and np.isfinite(a3).all():
+                d3 = _divisors(as_numpy(dr_grpo_advantage(R3)), a3.reshape(R3.shape))
+                if _close(d3[0], _oracle_divisors(R3, None)[0], _REL):
+                    return "rloo", 0, "none"
+            notes.append("divisor (G-1)/G at G=4 but not at G=3: not RLOO")
+            return "unknown", 0, "none"
+        for ddof in (0, 1):
+            batch = _oracle_divisors(R, PAPER.replace(ddof=ddof, scale="batch"))
+            if _close(d[0], batch[0], 1e-3):
+                return "grpo", ddof, "batch"
+        notes.append(f"advantages are (R - mean) / {d[0]:.6g} with one constant for every group")
+        return "unknown", 0, "none"
+    for ddof in (0, 1):
+        group = _oracle_divisors(R, PAPER.replace(ddof=ddof))
+        if np.allclose(d, group, rtol=1e-3, atol=0):
+            return "grpo", ddof, "group"
+    ratio = d / _oracle_divisors(R, PAPER)
+    notes.append(f"divisor is not the group std: d / std(ddof=0) = {ratio.round(6).tolist()}")
+    return "unknown", 0, "group"
+
+
+def _nice(x: float) -> float:
+    """``x`` rounded to two significant digits."""
+    return float(f"{x:.2g}")
+
+
+def _eps(adapter: Adapter, ddof: int, scale: str, notes: list[str]) -> tuple[float, str]:
+    """Eps and its placement from the tiny-std and std = 10 eps probes."""
+    base = PAPER.replace(ddof=ddof, scale=scale)
+    R = np.array([[_TINY, 0.0, 0.0, 0.0]])
+    a = _call(adapter, Batch.grouped(R))
+    if a is None or not np.isfinite(a).all() or not (a != 0).any():
+        notes.append(f"tiny-std probe [[{_TINY:g},0,0,0]] gave {None if a is None else a.tolist()}")
+        return 0.0, "add"
+    c = as_numpy(dr_grpo_advantage(R))
+    d = float(_divisors(c, a.reshape(R.shape))[0])
+    std = float(_oracle_divisors(R, base)[0])
+    if _close(d, std, 1e-3):
+        return 0.0, "add"
+    if not d > std:
+        notes.append(f"tiny-std probe: d = {d:.3g} is below the group std {std:.3g} (imprecise statistics)")
+        return 0.0, "add"
+    eps = _nice(d - std)
+    # a group whose std is 10 eps: d = 11 eps (add) or 10 eps (floor)
+    unit = float(_oracle_divisors(np.array([[1.0, 0.0, 0.0, 0.0]]), base)[0])
+    R10 = np.array([[10 * eps / unit, 0.0, 0.0, 0.0]])
+    a10 = _call(adapter, Batch.grouped(R10))
+    if a10 is None or not np.isfinite(a10).all():
+        notes.append("placement probe failed; assuming eps is added")
+        return eps, "add"
+    d10 = float(_divisors(as_numpy(dr_grpo_advantage(R10)), a10.reshape(R10.shape))[0])
+    if abs(d10 / eps - math.sqrt(101)) < 0.005:  # d = sqrt(std^2 + eps^2)
+        notes.append(f"d = sqrt(var + {eps * eps:.2g}) fits the probes: eps is inside the sqrt")
+    placement = "floor" if abs(d10 / eps - 10) < abs(d10 / eps - 11) else "add"
+    if min(abs(d10 / eps - 10), abs(d10 / eps - 11)) > 0.05:
+        notes.append(
+            f"d = {d10 / eps:.4g} eps for a group with std = 10 eps: neither std + eps nor max(std, eps)"
+        )
+    return eps, placement
+
+
+def _singleton(adapter: Adapter, conv: Convention | None) -> str:
+    R = np.array([[0.7], [0.2]])
+    a = _call(adapter, Batch.grouped(R))
+    kind = _behaviour(a)
+    if kind != "nonzero" or a is None:
+        return kind
+    if conv is not None:
+        unit = as_numpy(grpo_advantage(R, convention=conv.replace(singleton="unit_std"))).reshape(-1)
+        if np.allclose(a, unit, rtol=1e-6, atol=0):
+            return "unit_std"
+    return "nonzero"
+
+
+def _matches(conv: Convention, preset: Convention) -> list[str]:
+    """Fields where ``conv`` differs from ``preset``."""
+    diff = []
+    if conv.scale != preset.scale:
+        diff.append(f"scale {conv.scale} vs {preset.scale}")
+    if conv.scale != "none" and preset.scale != "none":
+        if conv.ddof != preset.ddof:
+            diff.append(f"ddof {conv.ddof} vs {preset.ddof}")
+        if (conv.eps == 0) != (preset.eps == 0) or (
+            conv.eps > 0 and not math.isclose(conv.eps, preset.eps, rel_tol=0.05)
+        ):
+            diff.append(f"eps {conv.eps:g} vs {preset.eps:g}")
+        elif conv.eps > 0 and conv.eps_placement != preset.eps_placement:
+            diff.append(f"eps placement {conv.eps_placement} vs {preset.eps_placement}")
+    if preset.singleton != "error" and conv.singleton != preset.singleton:  # "error": unspecified
+        diff.append(f"singleton {conv.singleton} vs {preset.singleton}")
+    return diff
+
+
+def detect_convention(adapter: Adapter) -> Detection:
+    """Probe ``adapter`` and name its convention (module doc: the probes).
+
+    >>> from sigma_ref.conformance import oracle_adapter
+    >>> detect_convention(oracle_adapter("verl")).preset
+    'verl'
+    >>> print(detect_convention(oracle_adapter(PAPER.replace(name="x", eps=1e-5))).summary())
+    no known convention (ddof=0, eps=1e-05 (add), scale=group, singleton=error, silent=zero);
+    nearest: paper (differs in eps 1e-05 vs 0)
+    """
+    notes: list[str] = []
+    family, ddof, scale = _structure(adapter, notes)
+    silent = _behaviour(_call(adapter, Batch.grouped([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])))
+    if silent != "error":
+        a = _call(adapter, Batch.grouped([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]]))
+        silent = _behaviour(None if a is None else a[:4])
+    if silent != "zero":
+        notes.append(f"a silent group [1,1,1,1] gets {silent} advantages, not 0")
+    if family == "unknown":
+        singleton = _singleton(adapter, None)
+        return Detection(family, None, None, PAPER.name, ("structure",), silent, singleton, tuple(notes))
+    if family == "rloo":
+        singleton = _singleton(adapter, None)
+        preset = "rloo" if silent == "zero" else None
+        differences = () if preset else ("silent groups",)
+        return Detection(family, None, preset, "rloo", differences, silent, singleton, tuple(notes))
+    eps, placement = (0.0, "add") if scale == "none" else _eps(adapter, ddof, scale, notes)
+    conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)  # type: ignore[arg-type]
+    singleton = _singleton(adapter, conv)
+    if singleton in ("error", "zero", "unit_std"):
+        conv = conv.replace(singleton=singleton)
+    else:
+        notes.append(f"a group of one response gets {singleton} advantages")
+    ranked = []
+    for name, preset in PRESETS.items():
+        diff = _matches(conv, preset)
+        if singleton not in ("error", "zero", "unit_std") and preset.singleton != "error":
+            diff.append(f"singleton {singleton} vs {preset.singleton}")
+        if silent != "zero":
+            diff.append(f"silent groups {silent} vs zero")
+        # a placement difference weighs half: the eps value itself matched
+        weight = sum(0.5 if d.startswith("eps placement") else 1.0 for d in diff)
+        ranked.append((weight, name, tuple(diff)))
+    ranked.sort(key=lambda t: t[0])
+    best = ranked[0]
+    preset_name = best[1] if best[0] == 0 else None
+    if preset_name is not None:
+        conv = PRESETS[preset_name]
+    return Detection(family, conv, preset_name, best[1], best[2], silent, singleton, tuple(notes))

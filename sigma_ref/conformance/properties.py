@@ -1,0 +1,1341 @@
+"""The suite's properties as plain functions (SPEC section 7, levels 0-4).
+
+Each :class:`Property` has a name (the spec test is ``test_<name>``), a level, a
+docstring-like statement with its formula, a ``check`` of one input, designed inputs
+(``examples``) and a hypothesis ``strategy``. :func:`run_property` runs the designed
+inputs, then hypothesis (which shrinks a failing input to the smallest it finds), and
+raises :class:`PropertyFailure` with ``actual=..., but should be ... [impl(...)]`` and
+the likely cause; :class:`NotApplicable` says why a property does not apply.
+
+The pytest modules in ``spec/`` and the project's gallery tests both call
+:func:`run_property`, so a property is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from .. import strategies as sst
+from ..advantages import dapo_keep_mask
+from ..identity import decompose, policy_gradient
+from ..testing import TOLERANCES, mismatch_message
+from .adapter import Adapter, Batch
+from .detect import Detection
+from .diagnose import likely_cause
+from .reference import Reference, as_numpy
+
+__all__ = [
+    "Context",
+    "Property",
+    "PropertyFailure",
+    "NotApplicable",
+    "PROPERTIES",
+    "LEVELS",
+    "run_property",
+    "get_property",
+]
+
+LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numerics")
+_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+class PropertyFailure(AssertionError):  # noqa: N818 (a failed property, like AssertionError)
+    """An implementation breaks a property; the message says how and the likely cause."""
+
+
+class NotApplicable(Exception):  # noqa: N818 (a skip reason, not an error)
+    """A property does not apply to this implementation (the message says why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """The implementation under test, what it should compute, and what was detected."""
+
+    adapter: Adapter
+    reference: Reference
+    detection: Detection | None = None
+    declared: str | None = None
+
+    def call(
+        self,
+        batch: Batch,
+        *,
+        dtype: torch.dtype = torch.float64,
+        device: str = "cpu",
+        rewards: torch.Tensor | None = None,
+    ) -> Any:
+        """The raw output for ``batch``; an exception from the implementation fails."""
+        if rewards is None:
+            rewards = torch.tensor(batch.rewards, dtype=dtype, device=device)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return self.adapter.call_raw(batch, rewards)
+        except Exception as exc:  # the implementation's own error
+            raise PropertyFailure(
+                f"raised {type(exc).__name__}: {exc} [{self.adapter.call_repr(batch)}]"
+            ) from exc
+
+    def flat(self, batch: Batch, **kw: Any) -> np.ndarray:
+        """Advantages of ``batch`` as flat float64 numpy (shape checked)."""
+        out = self.call(batch, **kw)
+        shape = self.adapter.expected_shape(batch)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
+            got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+            raise PropertyFailure(f"out.shape={got}, but should be {shape} [{self.adapter.call_repr(batch)}]")
+        return out.detach().to("cpu", torch.float64).numpy().reshape(-1)
+
+    def expected(self, batch: Batch) -> np.ndarray:
+        """The oracle's advantages for ``batch`` under the reference."""
+        return as_numpy(self.reference.advantages(batch.rewards, batch.index))
+
+    def fail(
+        self, what: str, batch: Batch, actual: np.ndarray | None = None, cause: str | None = None
+    ) -> None:
+        """Raise :class:`PropertyFailure` with the call and the likely cause."""
+        if cause is None and actual is not None:
+            cause = likely_cause(actual, batch.rewards, batch.index, self.reference)
+        msg = f"{what} [{self.adapter.call_repr(batch)}]"
+        msg += f" (expected under {self.reference.name})"
+        if cause:
+            msg += f". Likely cause: {cause}"
+        raise PropertyFailure(msg)
+
+    def compare(
+        self,
+        what: str,
+        batch: Batch,
+        actual: np.ndarray,
+        expected: np.ndarray,
+        dtype: torch.dtype = torch.float64,
+        rtol: float | None = None,
+    ) -> None:
+        """Fail unless ``actual`` is close to ``expected`` at ``dtype``'s tolerance."""
+        r, a = TOLERANCES[dtype]
+        found = mismatch_message(actual, expected, rtol if rtol is not None else r, a)
+        if found is not None:
+            self.fail(f"{what}: {found[0]}", batch, actual)
+
+
+@dataclasses.dataclass(frozen=True)
+class Property:
+    """One property of SPEC section 7: ``test_<name>`` in ``spec/test_<level>.py``."""
+
+    name: str
+    level: str
+    statement: str
+    check: Callable[[Context, Any, Any], None]
+    examples: Callable[[Context, Any], Sequence[Any]] = lambda ctx, p: ()
+    strategy: Callable[[Context, Any], st.SearchStrategy[Any]] | None = None
+    applies: Callable[[Context, Any], str | None] = lambda ctx, p: None
+    params: Callable[[Adapter], Sequence[Any]] = lambda adapter: (None,)
+    required: Callable[[Context], bool] = lambda ctx: True
+    cost: int = 1  # examples per run = the profile's max_examples // cost
+
+    @property
+    def test_name(self) -> str:
+        """The spec test's name."""
+        return f"test_{self.name}"
+
+
+PROPERTIES: dict[str, Property] = {}
+
+
+def _register(prop: Property) -> Property:
+    PROPERTIES[prop.name] = prop
+    return prop
+
+
+def get_property(name: str) -> Property:
+    """The property called ``name`` (with or without the ``test_`` prefix)."""
+    key = name.removeprefix("test_")
+    try:
+        return PROPERTIES[key]
+    except KeyError:
+        raise ValueError(f"no property {name!r}; choose one of {sorted(PROPERTIES)}") from None
+
+
+def run_property(
+    prop: Property | str,
+    ctx: Context,
+    param: Any = None,
+    *,
+    max_examples: int | None = None,
+    examples: bool = True,
+    shrink: bool = True,
+    seed: int | None = None,
+) -> None:
+    """Check ``prop`` on its designed inputs, then on hypothesis-generated ones.
+
+    Raises :class:`PropertyFailure` on the first (hypothesis: smallest) failing input,
+    :class:`NotApplicable` if the property does not apply. ``max_examples`` overrides
+    the active hypothesis profile; ``shrink=False`` skips shrinking (fast triage);
+    ``seed`` fixes hypothesis' random stream (and turns derandomization off).
+    """
+    __tracebackhide__ = True
+    prop = get_property(prop) if isinstance(prop, str) else prop
+    reason = prop.applies(ctx, param)
+    if reason:
+        raise NotApplicable(reason)
+    if examples:
+        for ex in prop.examples(ctx, param):
+            prop.check(ctx, ex, param)
+    if prop.strategy is None or max_examples == 0:
+        return
+    strategy = prop.strategy(ctx, param)
+    kw: dict[str, Any] = {
+        "database": None,
+        "suppress_health_check": list(HealthCheck),
+        "report_multiple_bugs": False,  # one failure, the smallest, as PropertyFailure
+    }
+    if max_examples is not None:
+        kw["max_examples"] = max_examples
+    elif prop.cost > 1:
+        kw["max_examples"] = max(1, settings.default.max_examples // prop.cost)
+    if not shrink:
+        kw["phases"] = [Phase.explicit, Phase.reuse, Phase.generate]
+    if seed is not None:
+        kw["derandomize"] = False  # an explicit seed picks the random stream
+
+    @settings(**kw)
+    @given(strategy)
+    def _property(example: Any) -> None:
+        prop.check(ctx, example, param)
+
+    _property.__qualname__ = _property.__name__ = prop.test_name
+    test = hypothesis_seed(seed)(_property) if seed is not None else _property
+    test()
+
+
+# ---------------------------------------------------------------------------------
+# inputs
+def _batches(
+    ctx: Context,
+    *,
+    binary: bool = False,
+    silent: str = "sometimes",
+    min_groups: int = 1,
+    max_groups: int = 4,
+    min_size: int = 2,
+    max_size: int = 8,
+) -> st.SearchStrategy[Batch]:
+    """Batches the adapter can take: ragged and interleaved for the index layout."""
+    kw = dict(
+        binary=binary,
+        silent=silent,
+        min_groups=min_groups,
+        max_groups=max_groups,
+        min_size=min_size,
+        max_size=max_size,
+    )
+    if ctx.adapter.ragged:
+        return sst.ragged_batches(**kw).map(lambda ri: Batch(*ri))  # type: ignore[arg-type]
+    return sst.reward_groups(**kw).map(Batch.grouped)  # type: ignore[arg-type]
+
+
+_LIVE = [
+    Batch.grouped([[1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 1.0, 0.0]]),
+    Batch.grouped([[0.5, 2.0, -1.0], [1.0, 1.0, 0.0], [0.25, 0.0, 4.0]]),
+]
+_BINARY = [Batch.grouped([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])]
+_WITH_SILENT = [Batch.grouped([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])]
+
+
+def _live(ctx: Context, p: Any) -> list[Batch]:
+    return list(_LIVE)
+
+
+def _seeded(batches: st.SearchStrategy[Batch]) -> st.SearchStrategy[tuple[Batch, int]]:
+    return st.tuples(batches, st.integers(0, 2**32 - 1))
+
+
+def _sigma(batch: Batch) -> np.ndarray:
+    """Population std of each element's group (from the oracle: d under PAPER)."""
+    from ..advantages import dr_grpo_advantage, grpo_advantage
+
+    c = as_numpy(dr_grpo_advantage(batch.rewards, index=batch.index))
+    a = as_numpy(grpo_advantage(batch.rewards, index=batch.index))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(a != 0, np.abs(c / np.where(a != 0, a, 1)), 0.0)
+
+
+def _groups_of(batch: Batch) -> np.ndarray:
+    return np.unique(batch.index, return_inverse=True)[1].reshape(-1)
+
+
+# ---------------------------------------------------------------------------------
+# level 0: contract
+def _check_shape(ctx: Context, batch: Batch, p: Any) -> None:
+    out = ctx.call(batch)
+    shape = ctx.adapter.expected_shape(batch)
+    if not isinstance(out, torch.Tensor):
+        ctx.fail(
+            f"type(out)={type(out).__name__}, but should be torch.Tensor",
+            batch,
+            cause="return a torch.Tensor like the rewards",
+        )
+    if tuple(out.shape) != shape:
+        cause = None
+        if out.numel() < batch.n:
+            cause = (
+                f"{batch.n - out.numel()} advantages are missing: a group was dropped (often the last one)"
+            )
+        ctx.fail(f"out.shape={tuple(out.shape)}, but should be {shape}", batch, cause=cause)
+
+
+_register(
+    Property(
+        "output_shape",
+        "contract",
+        "out.shape == rewards.shape for the layout: [N] (contiguous, index) or [B, G] (grouped).",
+        _check_shape,
+        _live,
+        lambda ctx, p: _batches(ctx),
+    )
+)
+
+
+def _check_dtype(ctx: Context, batch: Batch, dtype_name: str) -> None:
+    dtype = _DTYPES[dtype_name]
+    out = ctx.call(batch, dtype=dtype)
+    if getattr(out, "dtype", None) != dtype:
+        ctx.fail(
+            f"out.dtype={getattr(out, 'dtype', None)}, but should be {dtype}",
+            batch,
+            cause=f"the result is cast to another dtype; return advantages.to(rewards.dtype) ({dtype})",
+        )
+
+
+def _dtype_params(adapter: Adapter) -> Sequence[Any]:
+    return adapter.dtypes
+
+
+_register(
+    Property(
+        "output_dtype",
+        "contract",
+        "out.dtype == rewards.dtype for every floating dtype the implementation declares.",
+        _check_dtype,
+        lambda ctx, p: _LIVE[:1],
+        None,
+        params=_dtype_params,
+    )
+)
+
+
+def _check_device(ctx: Context, batch: Batch, p: Any) -> None:
+    out = ctx.call(batch)
+    if getattr(out, "device", None) != torch.device("cpu"):
+        ctx.fail(
+            f"out.device={getattr(out, 'device', None)}, but should be cpu",
+            batch,
+            cause="the result moves to another device; keep it on rewards.device",
+        )
+
+
+_register(
+    Property(
+        "output_device",
+        "contract",
+        "out.device == rewards.device (CPU here; CUDA in numerics).",
+        _check_device,
+        lambda ctx, p: _LIVE[:1],
+    )
+)
+
+
+def _check_no_mutation(ctx: Context, batch: Batch, p: Any) -> None:
+    rewards = torch.tensor(batch.rewards, dtype=torch.float64)
+    before = rewards.clone()
+    index_before = batch.index.copy()
+    probe = Batch(batch.rewards, batch.index.copy())
+    ctx.call(probe, rewards=rewards)
+    if not torch.equal(rewards, before):
+        changed = int(torch.nonzero(rewards != before)[0, 0])
+        ctx.fail(
+            f"rewards[{changed}]={float(rewards[changed]):g} after the call, but should be "
+            f"{float(before[changed]):g} (unchanged)",
+            batch,
+            cause="the implementation modifies rewards in place (e.g. rewards.sub_(mean)); work on a copy",
+        )
+    if not np.array_equal(probe.index, index_before):
+        ctx.fail(
+            "index changed during the call, but should be unchanged",
+            batch,
+            cause="the implementation modifies the group index in place",
+        )
+
+
+_register(
+    Property(
+        "input_not_mutated",
+        "contract",
+        "rewards (and index) are equal before and after the call.",
+        _check_no_mutation,
+        _live,
+        lambda ctx, p: _batches(ctx),
+    )
+)
+
+
+def _check_deterministic(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    b = ctx.flat(batch)
+    if not np.array_equal(a, b, equal_nan=True):
+        i = int(np.argmax(a != b))
+        ctx.fail(
+            f"second call gave actual={b[i]:.17g}, but should be {a[i]:.17g} (the first call's) at index {i}",
+            batch,
+            cause="the result depends on randomness or state (e.g. noise added to break ties)",
+        )
+
+
+_register(
+    Property(
+        "deterministic",
+        "contract",
+        "Two calls on equal rewards give bitwise equal advantages.",
+        _check_deterministic,
+        _live,
+        lambda ctx, p: _batches(ctx),
+    )
+)
+
+
+def _check_finite(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    if not np.isfinite(a).all():
+        i = int(np.argmax(~np.isfinite(a)))
+        ctx.fail(f"out[{i}]={a[i]}, but should be finite", batch, a)
+
+
+_register(
+    Property(
+        "finite_output",
+        "contract",
+        "Finite rewards give finite advantages, silent groups included.",
+        _check_finite,
+        lambda ctx, p: _LIVE + _WITH_SILENT,
+        lambda ctx, p: _batches(ctx),
+    )
+)
+
+
+def _check_detached(ctx: Context, batch: Batch, p: Any) -> None:
+    rewards = torch.tensor(batch.rewards, dtype=torch.float64, requires_grad=True)
+    out = ctx.call(batch, rewards=rewards)
+    if getattr(out, "requires_grad", False):
+        ctx.fail(
+            "out.requires_grad=True, but should be False for rewards that require grad",
+            batch,
+            cause="gradient flows into the advantages: compute them under torch.no_grad() or "
+            ".detach() them, so the policy loss treats them as constants",
+        )
+
+
+_register(
+    Property(
+        "output_detached",
+        "contract",
+        "Advantages are constants of the update: out.requires_grad is False even when rewards require grad.",
+        _check_detached,
+        lambda ctx, p: _LIVE[:1],
+    )
+)
+
+
+def _check_malformed(ctx: Context, batch: Batch, p: Any) -> None:
+    rewards = batch.rewards.copy()
+    rewards[0] = math.nan
+    bad = batch.with_rewards(rewards)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = ctx.adapter(bad)
+    except Exception:
+        return  # a clear failure
+    a = out.numpy()
+    g = _groups_of(bad)
+    spread = ~np.isfinite(a) & (g != g[0])
+    if spread.any():
+        ctx.fail(
+            "a NaN reward in the first group made other groups' advantages NaN, but should raise "
+            "or stay within its group",
+            bad,
+            cause="a NaN in one group contaminates the batch statistics",
+        )
+
+
+_register(
+    Property(
+        "rejects_malformed",
+        "contract",
+        "A NaN reward raises, or at least stays confined to its own group (advisory).",
+        _check_malformed,
+        lambda ctx, p: _LIVE,
+        required=lambda ctx: False,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------
+# level 1: algebra
+def _check_values(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    ctx.compare("advantages", batch, a, ctx.expected(batch))
+
+
+_register(
+    Property(
+        "advantage_values",
+        "algebra",
+        "A == oracle(R) under the convention: (R - mu) / d per group (d = 1 for Dr. GRPO; "
+        "RLOO: G/(G-1) (R - mu)).",
+        _check_values,
+        lambda ctx, p: _LIVE + _WITH_SILENT,
+        lambda ctx, p: _batches(ctx),
+    )
+)
+
+
+def _check_centering(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    g = _groups_of(batch)
+    sums = np.bincount(g, a)
+    scale = np.bincount(g, np.abs(a))
+    bad = np.abs(sums) > 1e-7 * (1 + scale)
+    if bad.any():
+        j = int(np.argmax(bad))
+        ctx.fail(f"sum of advantages in group {j}: actual={sums[j]:.6g}, but should be 0", batch, a)
+
+
+_register(
+    Property(
+        "group_centering",
+        "algebra",
+        "Zero mean within each group: sum_{i in g} A_i = 0.",
+        _check_centering,
+        _live,
+        lambda ctx, p: _batches(ctx, silent="never"),
+    )
+)
+
+
+def _permute_within(batch: Batch, rng: np.random.Generator) -> np.ndarray:
+    """A permutation of positions that maps each group's positions onto themselves."""
+    perm = np.arange(batch.n)
+    for gid in np.unique(batch.index):  # test input preparation, a few groups
+        pos = np.nonzero(batch.index == gid)[0]
+        perm[pos] = pos[rng.permutation(pos.size)]
+    return perm
+
+
+def _check_permutation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    batch, s = ex
+    perm = _permute_within(batch, np.random.default_rng(s))
+    a = ctx.flat(batch)
+    moved = batch.with_rewards(batch.rewards[perm])
+    b = ctx.flat(moved)
+    ctx.compare("advantages of permuted rewards A(pi R) vs pi A(R)", moved, b, a[perm])
+
+
+_register(
+    Property(
+        "permutation_equivariance",
+        "algebra",
+        "Permuting responses within a group permutes their advantages: A(pi R) = pi A(R).",
+        _check_permutation,
+        lambda ctx, p: [(b, 0) for b in _LIVE],
+        lambda ctx, p: _seeded(_batches(ctx)),
+    )
+)
+
+
+def _check_independence(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    batch, s = ex
+    rng = np.random.default_rng(s)
+    g = _groups_of(batch)
+    j = int(rng.integers(g.max() + 1))
+    rewards = batch.rewards.copy()
+    member = g == j
+    rewards[member] = rng.integers(-8, 9, member.sum()) / 4
+    changed = batch.with_rewards(rewards)
+    a, b = ctx.flat(batch), ctx.flat(changed)
+    others = ~member
+    found = mismatch_message(b[others], a[others], *TOLERANCES[torch.float64])
+    if found:
+        ctx.fail(
+            f"changing the rewards of group {j} changed other groups' advantages: {found[0]}", changed, b
+        )
+
+
+def _group_scale(ctx: Context, p: Any) -> str | None:
+    conv = ctx.reference.convention
+    if conv is not None and conv.scale == "batch":
+        return "the convention divides by one std over the batch (scale='batch'): groups share it"
+    return None
+
+
+_register(
+    Property(
+        "group_independence",
+        "algebra",
+        "Each group's advantages depend only on its own rewards: A_g(R) = A_g(R_g).",
+        _check_independence,
+        lambda ctx, p: [(_LIVE[1], 1), (_LIVE[1], 2)],
+        lambda ctx, p: _seeded(_batches(ctx, min_groups=2)),
+        applies=_group_scale,
+    )
+)
+
+
+def _check_shift(ctx: Context, ex: tuple[Batch, float], p: Any) -> None:
+    batch, c = ex
+    a = ctx.flat(batch)
+    shifted = batch.with_rewards(batch.rewards + c)
+    b = ctx.flat(shifted)
+    ctx.compare(f"advantages of R + {c:g} vs advantages of R", shifted, b, a)
+
+
+_register(
+    Property(
+        "shift_invariance",
+        "algebra",
+        "A reward shift changes nothing: A(R + c) = A(R).",
+        _check_shift,
+        lambda ctx, p: [(_LIVE[0], 3.0), (_LIVE[1], -1.5)],
+        lambda ctx, p: st.tuples(_batches(ctx), st.integers(-40, 40).map(lambda i: i / 4)),
+    )
+)
+
+
+def _check_scale(ctx: Context, ex: tuple[Batch, float], p: Any) -> None:
+    batch, lam = ex
+    a = ctx.flat(batch)
+    scaled = batch.with_rewards(batch.rewards * lam)
+    b = ctx.flat(scaled)
+    if ctx.reference.scale_invariant:
+        sig = _sigma(batch)
+        live = sig[sig > 0]
+        # d = std + eps: the relative change of A is at most eps / (lambda std)
+        slack = 4 * ctx.reference.eps / (min(lam, 1.0) * live.min()) if live.size else 0.0
+        ctx.compare(
+            f"advantages of {lam:g} R vs advantages of R (GRPO divides by the std: invariant)",
+            scaled,
+            b,
+            a,
+            rtol=1e-7 + slack,
+        )
+    else:
+        ctx.compare(
+            f"advantages of {lam:g} R vs {lam:g} times advantages of R (no division: equivariant)",
+            scaled,
+            b,
+            lam * a,
+        )
+
+
+_register(
+    Property(
+        "scale_behaviour",
+        "algebra",
+        "GRPO is invariant to a positive reward scale, A(lambda R) = A(R); Dr. GRPO and RLOO are "
+        "equivariant, A(lambda R) = lambda A(R).",
+        _check_scale,
+        lambda ctx, p: [(_LIVE[0], 4.0), (_LIVE[1], 0.5)],
+        lambda ctx, p: st.tuples(_batches(ctx, silent="never"), st.sampled_from([0.25, 0.5, 2.0, 3.0, 8.0])),
+    )
+)
+
+
+def _check_two_valued(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    e = ctx.expected(batch)
+    g = _groups_of(batch)
+    for side, name in ((batch.rewards == 1, "A+"), (batch.rewards == 0, "A-")):
+        lo = np.full(g.max() + 1, np.inf)
+        hi = np.full(g.max() + 1, -np.inf)
+        np.minimum.at(lo, g[side], a[side])
+        np.maximum.at(hi, g[side], a[side])
+        spread = (hi - lo)[np.isfinite(hi - lo)]
+        if (spread > 1e-9 * (1 + np.abs(hi[np.isfinite(hi)]))).any():
+            ctx.fail(
+                f"{name} takes {spread.max():.3g} different values within a group, but should be one value",
+                batch,
+                a,
+            )
+    ctx.compare(
+        "two-valued advantages (A+ = sqrt((G-k)/k) sigma/d, A- = -sqrt(k/(G-k)) sigma/d)", batch, a, e
+    )
+
+
+_register(
+    Property(
+        "binary_two_valued",
+        "algebra",
+        "Binary rewards give two values per group: A+ on correct, A- on incorrect responses; with "
+        "d = sigma, A+ = sqrt((G-k)/k) and A- = -sqrt(k/(G-k)).",
+        _check_two_valued,
+        lambda ctx, p: list(_BINARY),
+        lambda ctx, p: _batches(ctx, binary=True, silent="never"),
+    )
+)
+
+
+def _index_only(ctx: Context, p: Any) -> str | None:
+    if not ctx.adapter.ragged:
+        return f"layout {ctx.adapter.layout!r} takes contiguous groups of one size"
+    return None
+
+
+_INTERLEAVED = [Batch(np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.5, 2.0]), np.array([7, 3, 7, 3, 7, 11, 11]))]
+
+
+_register(
+    Property(
+        "interleaved_groups",
+        "algebra",
+        "Groups given by an index are found wherever their responses are: ragged, interleaved, any ids.",
+        _check_values,
+        lambda ctx, p: list(_INTERLEAVED),
+        lambda ctx, p: sst.ragged_batches(interleaved=True, min_groups=2).map(lambda ri: Batch(*ri)),
+        applies=_index_only,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------
+# level 2: the identity
+def _prediction(ctx: Context, batch: Batch, scores: np.ndarray) -> np.ndarray:
+    """The oracle's per-group update: (sigma^2/d) delta_s (RLOO: (1/G) sum A_i s_i)."""
+    ref = ctx.reference
+    if ref.convention is None:
+        return as_numpy(policy_gradient(ctx.expected(batch), scores, index=batch.index))
+    return as_numpy(decompose(batch.rewards, scores, convention=ref.convention, index=batch.index).prediction)
+
+
+def _check_identity(ctx: Context, ex: tuple[Batch, np.ndarray], p: Any) -> None:
+    batch, scores = ex
+    a = ctx.flat(batch)
+    if not np.isfinite(a).all():
+        ctx.fail("the update is undefined: advantages hold NaN or infinity", batch, a)
+    g = as_numpy(policy_gradient(a, scores, index=batch.index))
+    pred = _prediction(ctx, batch, scores)
+    found = mismatch_message(g.reshape(-1), pred.reshape(-1), 1e-7, 1e-7)
+    if found:
+        ctx.fail(f"update g = (1/G) sum A_i s_i vs (sigma^2/d)(s+ - s-): {found[0]}", batch, a)
+
+
+def _binary_with_scores(ctx: Context, p: Any) -> st.SearchStrategy[tuple[Batch, np.ndarray]]:
+    return _batches(ctx, binary=True).flatmap(
+        lambda b: st.tuples(st.just(b), sst.score_vectors(n=b.n, dim=3))
+    )
+
+
+_register(
+    Property(
+        "advantage_identity",
+        "identity",
+        "With the implementation's advantages, g = (1/G) sum_i A_i s_i = (sigma^2/d)(s+ - s-) per group "
+        "for binary rewards and any scores s_i in R^3.",
+        _check_identity,
+        lambda ctx, p: [(b, np.arange(3.0 * b.n).reshape(b.n, 3) % 5 - 2) for b in _BINARY + _WITH_SILENT],
+        _binary_with_scores,
+    )
+)
+
+
+def _check_detected(ctx: Context, ex: Any, p: Any) -> None:
+    det = ctx.detection
+    if det is None:
+        return
+    if det.preset is None:
+        raise PropertyFailure(f"detected convention: {det.summary()}; notes: {'; '.join(det.notes) or '-'}")
+    if ctx.declared is not None and det.preset != ctx.declared:
+        raise PropertyFailure(f"declared convention {ctx.declared!r}, but the probes find {det.summary()}")
+
+
+_register(
+    Property(
+        "convention_detected",
+        "identity",
+        "Probing with designed rewards identifies a known convention (ddof, eps and placement, scale, "
+        "singleton and silent groups), matching the declared one if any (advisory).",
+        _check_detected,
+        lambda ctx, p: [None],
+        applies=lambda ctx, p: None if ctx.detection is not None else "convention detection was not run",
+        required=lambda ctx: False,
+    )
+)
+
+
+# the tiny policy: logits = x_it @ W over a vocabulary of 6, tokens y_it, lengths L_i
+_V, _F, _T = 6, 4, 5
+
+
+@dataclasses.dataclass
+class _Policy:
+    W: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+
+    @staticmethod
+    def make(n: int, seed: int) -> _Policy:
+        gen = torch.Generator().manual_seed(seed)
+        W = torch.randn(_F, _V, generator=gen, dtype=torch.float64).requires_grad_(True)
+        x = torch.randn(n, _T, _F, generator=gen, dtype=torch.float64)
+        y = torch.randint(0, _V, (n, _T), generator=gen)
+        lengths = torch.randint(2, _T + 1, (n,), generator=gen)
+        mask = (torch.arange(_T).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+        return _Policy(W, x, y, mask)
+
+    def logp(self) -> torch.Tensor:
+        logits = self.x @ self.W
+        return torch.log_softmax(logits, -1).gather(-1, self.y.unsqueeze(-1)).squeeze(-1)
+
+
+def _loss(
+    ctx: Context, logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, batch: Batch
+) -> torch.Tensor:
+    assert ctx.adapter.loss is not None
+    try:
+        out = ctx.adapter.loss(logp, logp.detach(), adv, mask)
+    except Exception as exc:
+        raise PropertyFailure(
+            f"loss raised {type(exc).__name__}: {exc} [loss at ratio 1 on {batch!r}]"
+        ) from exc
+    if not isinstance(out, torch.Tensor) or out.numel() != 1:
+        raise PropertyFailure(
+            f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor"
+        )
+    return out.reshape(())
+
+
+def _needs_loss(ctx: Context, p: Any) -> str | None:
+    return None if ctx.adapter.loss is not None else "no loss given (--loss pkg.module:loss enables it)"
+
+
+def _token_weights(ctx: Context, pol: _Policy, batch: Batch, adv: torch.Tensor) -> torch.Tensor:
+    """``dL/dlogp_it`` at ratio 1 for advantages ``adv``."""
+    leaf = pol.logp().detach().requires_grad_(True)
+    loss = _loss(ctx, leaf, adv, pol.mask, batch)
+    (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+    return torch.zeros_like(leaf) if grad is None else grad
+
+
+def _check_loss_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    batch, s = ex
+    pol = _Policy.make(batch.n, s)
+    a = torch.from_numpy(ctx.flat(batch))
+    ones = torch.ones(batch.n, dtype=torch.float64)
+    w = -_token_weights(ctx, pol, batch, ones)  # aggregation weights w_it
+    if not w.any():
+        ctx.fail(
+            "the loss gradient at ratio 1 is 0 for every token, but should be the policy gradient",
+            batch,
+            cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
+        )
+    logp = pol.logp()
+    g_idx = torch.from_numpy(_groups_of(batch))
+    sizes = torch.bincount(g_idx).to(torch.float64)[g_idx]
+    # scores s_i = G * grad sum_t w_it logp_it (SPEC section 4), one batched backward
+    per_response = (w * logp).sum(-1)
+    (jac,) = torch.autograd.grad(
+        per_response,
+        pol.W,
+        grad_outputs=torch.eye(batch.n, dtype=torch.float64),
+        retain_graph=True,
+        is_grads_batched=True,
+    )
+    scores = jac.reshape(batch.n, -1) * sizes.unsqueeze(1)
+    actual = []
+    for j in range(int(g_idx.max()) + 1):  # one backward per group of a small test batch
+        masked = torch.where(g_idx == j, a, torch.zeros_like(a))
+        loss = _loss(ctx, logp, masked, pol.mask, batch)
+        (grad,) = torch.autograd.grad(loss, pol.W, retain_graph=True, allow_unused=True)
+        actual.append(-(torch.zeros_like(pol.W) if grad is None else grad).reshape(-1))
+    got = torch.stack(actual).numpy()
+    pred = _prediction(ctx, batch, scores.detach().numpy()).reshape(got.shape)
+    found = mismatch_message(got.reshape(-1), pred.reshape(-1), 1e-6, 1e-9 * (1 + np.abs(pred).max()))
+    if found:
+        cause = None
+        if not np.any(got):
+            cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
+        ctx.fail(
+            f"per-group gradient -dL/dtheta vs (sigma^2/d)(s+ - s-): {found[0]}",
+            batch,
+            cause=cause
+            or "the loss is not linear in the advantages, or the advantages differ "
+            "(see test_advantage_values)",
+        )
+
+
+_register(
+    Property(
+        "loss_gradient_identity",
+        "identity",
+        "At ratio 1 on a small softmax policy, the gradient of the implementation's loss per group, "
+        "-dL_g/dtheta, equals (sigma^2/d)(s+ - s-) with s_i = G sum_t w_it grad log pi(y_it) and w_it "
+        "the loss's own aggregation weights.",
+        _check_loss_identity,
+        lambda ctx, p: [(_BINARY[0], 0), (_WITH_SILENT[0], 1)],
+        lambda ctx, p: _seeded(_batches(ctx, binary=True, max_groups=3, max_size=5)),
+        applies=_needs_loss,
+        cost=3,
+    )
+)
+
+
+def _check_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    batch, s = ex
+    pol = _Policy.make(batch.n, s)
+    ones = torch.ones(batch.n, dtype=torch.float64)
+    w = -_token_weights(ctx, pol, batch, ones)
+    live = pol.mask > 0
+    if not w.any():
+        ctx.fail(
+            "dL/dlogp = 0 at ratio 1 for advantage 1, but should be < 0 on every response token",
+            batch,
+            cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
+        )
+    if (w[live] < -1e-12).any() or not (w[live] > 0).any():
+        ctx.fail(
+            f"loss weights at ratio 1 dL/dlogp = {(-w[0]).tolist()} for advantage 1, but should be <= 0 "
+            "(minimising the loss must raise log pi of responses with positive advantage)",
+            batch,
+            cause="the loss has the wrong sign: return -mean(ratio * A), not +mean(ratio * A)",
+        )
+    adv = torch.linspace(-1.5, 2.0, batch.n, dtype=torch.float64)
+    w_adv = -_token_weights(ctx, pol, batch, adv)
+    expected = w * adv.unsqueeze(1)
+    if not torch.allclose(w_adv, expected, rtol=1e-6, atol=1e-12):
+        ctx.fail(
+            "dL/dlogp_it at ratio 1 is not -w_it A_i with weights w independent of the advantages",
+            batch,
+            cause="the loss re-normalises or clips the advantages at ratio 1",
+        )
+
+
+_register(
+    Property(
+        "loss_is_policy_gradient",
+        "identity",
+        "At ratio 1 the loss gradient is a weighted policy gradient: dL/dlogp_it = -w_it A_i with "
+        "w_it >= 0 not depending on A.",
+        _check_policy_gradient,
+        lambda ctx, p: [(_BINARY[0], 0)],
+        lambda ctx, p: _seeded(_batches(ctx, binary=True, max_groups=3, max_size=5)),
+        applies=_needs_loss,
+        cost=3,
+    )
+)
+
+
+def _check_padding(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    batch, s = ex
+    pol = _Policy.make(batch.n, s)
+    adv = torch.linspace(-1.0, 1.5, batch.n, dtype=torch.float64)
+    grad = _token_weights(ctx, pol, batch, adv)
+    pad = pol.mask == 0
+    if pad.any() and (grad[pad] != 0).any():
+        i, t = (int(v) for v in torch.nonzero(pad & (grad != 0))[0])
+        ctx.fail(
+            f"dL/dlogp[{i}, {t}]={float(grad[i, t]):.4g} at a padding token (mask=0), but should be 0",
+            batch,
+            cause="the loss averages over padding tokens: multiply by the mask before reducing",
+        )
+
+
+_register(
+    Property(
+        "loss_ignores_padding",
+        "identity",
+        "Padding tokens (mask = 0) get no gradient: dL/dlogp_it = 0 where mask_it = 0.",
+        _check_padding,
+        lambda ctx, p: [(_BINARY[0], 0)],
+        applies=_needs_loss,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------
+# level 3: silent groups and DAPO
+def _check_silent_zero(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    keep = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    silent = ~keep & (np.bincount(_groups_of(batch))[_groups_of(batch)] > 1)
+    bad = silent & ~(np.abs(a) <= 1e-7)
+    if bad.any():
+        i = int(np.argmax(bad))
+        ctx.fail(
+            f"out[{i}]={a[i]} in a silent group (all rewards {batch.rewards[i]:g}), but should be 0", batch, a
+        )
+
+
+_register(
+    Property(
+        "silent_group_zero",
+        "silent",
+        "A silent group (all rewards equal, k = 0 or k = G) gets A = 0 exactly, never NaN.",
+        _check_silent_zero,
+        lambda ctx, p: list(_WITH_SILENT),
+        lambda ctx, p: _batches(ctx, silent="always").flatmap(
+            lambda b: _batches(ctx).map(lambda live: _concat(b, live))
+        ),
+    )
+)
+
+
+def _concat(a: Batch, b: Batch) -> Batch:
+    """Two batches side by side (ids of ``b`` shifted past ``a``'s)."""
+    if a.group_size is not None and a.group_size == b.group_size:
+        return Batch.grouped(np.concatenate([a.rewards, b.rewards]).reshape(-1, a.group_size))
+    if a.group_size is not None and b.group_size is not None:
+        return a  # contiguous layouts need one G: keep the silent batch alone
+    return Batch(
+        np.concatenate([a.rewards, b.rewards]), np.concatenate([a.index, b.index + a.index.max() + 1])
+    )
+
+
+def _check_all_silent(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    if not (np.abs(a) <= 1e-7).all():
+        i = int(np.argmax(~(np.abs(a) <= 1e-7)))
+        ctx.fail(
+            f"out[{i}]={a[i]} in an all-silent batch, but should be 0",
+            batch,
+            a,
+            cause="with every group silent the batch std is 0 too: 0/0 needs eps or a guard"
+            if not np.isfinite(a[i])
+            else None,
+        )
+
+
+_register(
+    Property(
+        "all_silent_batch",
+        "silent",
+        "A batch of only silent groups gets A = 0 everywhere (the batch std is 0 too).",
+        _check_all_silent,
+        lambda ctx, p: [Batch.grouped([[1.0] * 4, [0.0] * 4]), Batch.grouped([[0.5] * 3])],
+        lambda ctx, p: _batches(ctx, silent="always"),
+    )
+)
+
+
+def _check_silent_update(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    batch, s = ex
+    pol = _Policy.make(batch.n, s)
+    a = torch.from_numpy(ctx.flat(batch))
+    loss = _loss(ctx, pol.logp(), a, pol.mask, batch)
+    (grad,) = torch.autograd.grad(loss, pol.W, allow_unused=True)
+    if grad is not None and not (torch.isfinite(grad).all() and (grad.abs() <= 1e-12).all()):
+        ctx.fail(
+            f"update of an all-silent batch: actual max |grad|={float(grad.abs().max())}, but should be 0",
+            batch,
+            a.numpy(),
+        )
+
+
+_register(
+    Property(
+        "silent_zero_update",
+        "silent",
+        "Silent groups give a zero update: g = 1{0<k<G} sigma delta_s = 0, finite, through the loss.",
+        _check_silent_update,
+        lambda ctx, p: [(Batch.grouped([[1.0] * 4, [0.0] * 4]), 0)],
+        applies=_needs_loss,
+    )
+)
+
+
+def _check_keep(ctx: Context, batch: Batch, p: Any) -> None:
+    want = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    if ctx.adapter.keep_mask is not None:
+        try:
+            got = ctx.adapter.keep(batch).numpy().astype(bool)
+        except Exception as exc:
+            raise PropertyFailure(f"keep_mask raised {type(exc).__name__}: {exc} [{batch!r}]") from exc
+        what = "keep_mask"
+    else:
+        a = ctx.flat(batch)
+        g = _groups_of(batch)
+        got = (np.bincount(g, np.abs(a)) > 1e-7)[g]
+        what = "groups with a non-zero advantage"
+    if got.shape != want.shape or not np.array_equal(got, want):
+        i = int(np.argmax(got != want)) if got.shape == want.shape else 0
+        ctx.fail(
+            f"{what}[{i}]={bool(got[i]) if got.shape == want.shape else got.shape}, but should be "
+            f"{bool(want[i])} (keep iff 0 < k < G)",
+            batch,
+            cause="the filter drops only all-wrong (k = 0) or only all-right (k = G) groups"
+            if what == "keep_mask"
+            else None,
+        )
+
+
+_register(
+    Property(
+        "dapo_keep_mask",
+        "silent",
+        "DAPO's dynamic sampling keeps a group iff 0 < k < G (sigma > 0): the implementation's keep mask "
+        "(or its set of groups with non-zero advantages) equals dapo_keep_mask(R).",
+        _check_keep,
+        lambda ctx, p: list(_WITH_SILENT) + _BINARY,
+        lambda ctx, p: _batches(ctx, binary=True),
+    )
+)
+
+
+def _check_singleton(ctx: Context, batch: Batch, p: Any) -> None:
+    ref = ctx.reference
+    if ref.singleton == "error":
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = ctx.adapter(batch).numpy()
+        except Exception:
+            return
+        single = np.bincount(_groups_of(batch))[_groups_of(batch)] == 1
+        ctx.fail(
+            f"groups of one response got {out[single].tolist()}, but should raise (no baseline) "
+            f"under {ref.name}",
+            batch,
+            cause="singleton groups are not rejected; declare a convention "
+            "with singleton='zero' or 'unit_std', or raise",
+        )
+    a = ctx.flat(batch)
+    ctx.compare(f"advantages of groups of one ({ref.singleton})", batch, a, ctx.expected(batch))
+
+
+def _singleton_examples(ctx: Context, p: Any) -> list[Batch]:
+    if ctx.adapter.ragged:
+        return [Batch(np.array([0.7, 1.0, 0.0, 0.2]), np.array([5, 1, 1, 9]))]
+    return [Batch.grouped([[0.7], [0.2], [1.0]])]
+
+
+_register(
+    Property(
+        "singleton_groups",
+        "silent",
+        "A group of one response follows the convention: error (raise), zero (A = 0) or unit_std "
+        "(A = R / (1 + eps)); never NaN. Advisory where the convention says error.",
+        _check_singleton,
+        _singleton_examples,
+        required=lambda ctx: ctx.reference.singleton != "error",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------
+# level 4: numerics
+def _condition(batch: Batch) -> float:
+    """``kappa = max_g max_i |R_i| / sigma_g`` over live groups (at least 1).
+
+    Computing ``R - mu`` in a working precision with unit roundoff ``u`` errs by about
+    ``u |R|``, so the advantages err by about ``u |R| / sigma`` relative: low-precision
+    tolerances are scaled by ``kappa``.
+    """
+    sig = _sigma(batch)
+    live = sig > 0
+    if not live.any():
+        return 1.0
+    return max(1.0, float((np.abs(batch.rewards[live]) / sig[live]).max()))
+
+
+def _check_dtype_accuracy(ctx: Context, batch: Batch, dtype_name: str) -> None:
+    dtype = _DTYPES[dtype_name]
+    rounded = batch.with_rewards(torch.tensor(batch.rewards).to(dtype).double().numpy())
+    out = ctx.call(rounded, dtype=dtype)
+    a = ctx.adapter.flat(out).detach().to("cpu", torch.float64).numpy()
+    rtol, atol = TOLERANCES[dtype]
+    kappa = 1.0 if dtype == torch.float64 else _condition(rounded)
+    found = mismatch_message(a, ctx.expected(rounded), rtol * kappa, atol * kappa)
+    if found is not None:
+        cause = likely_cause(
+            a, rounded.rewards, rounded.index, ctx.reference, rtol=max(1e-4, 4 * rtol * kappa)
+        )
+        if cause is None and dtype != torch.float64:
+            wide = ctx.adapter(rounded, dtype=torch.float64).numpy()
+            if mismatch_message(wide, ctx.expected(rounded), *TOLERANCES[torch.float64]) is None:
+                cause = (
+                    f"correct in float64 but not in {dtype_name}: the statistics lose range or precision "
+                    f"in {dtype_name} (e.g. squares of 1024 exceed float16's 65504, or E[x^2] - E[x]^2 "
+                    "cancels); compute them in float32 or float64 and cast back"
+                )
+        ctx.fail(
+            f"{dtype_name} advantages (tolerance scaled by the condition number {kappa:.3g}): {found[0]}",
+            rounded,
+            cause=cause,
+        )
+
+
+def _dtype_supported(ctx: Context, dtype_name: str) -> str | None:
+    if dtype_name not in ctx.adapter.dtypes:
+        return f"{ctx.adapter.name} does not declare {dtype_name}"
+    return None
+
+
+_register(
+    Property(
+        "dtype_accuracy",
+        "numerics",
+        "In each declared dtype, |A - oracle(R)| <= atol + rtol |oracle(R)| with the dtype's tolerance "
+        "(sigma_ref.testing.TOLERANCES: float64 1e-7, float32 3e-5, float16 2e-3, bfloat16 1.6e-2).",
+        _check_dtype_accuracy,
+        lambda ctx, p: _LIVE,
+        lambda ctx, p: _batches(ctx, silent="never", max_size=16),
+        applies=_dtype_supported,
+        params=lambda adapter: tuple(d for d in _DTYPES if d in adapter.dtypes),
+    )
+)
+
+
+def _large_groups(ctx: Context, p: Any) -> list[tuple[Batch, str]]:
+    G = 4096
+    rows = np.zeros((4, G))
+    rows[0, :1] = 1
+    rows[1, :7] = 1
+    rows[2, : G // 2] = 1
+    rows[3, : G - 1] = 1
+    real = (np.arange(2 * G) % 37 / 4.0 - 4.0).reshape(2, G)
+    dtypes = [d for d in ("float64", "float32") if d in ctx.adapter.dtypes]
+    return [(Batch.grouped(r), d) for r in (rows, real) for d in dtypes]
+
+
+def _check_large(ctx: Context, ex: tuple[Batch, str], p: Any) -> None:
+    batch, dtype_name = ex
+    _check_dtype_accuracy(ctx, batch, dtype_name)
+
+
+_register(
+    Property(
+        "large_group",
+        "numerics",
+        "G = 4096 (k = 1, 7, G/2, G-1, and real rewards) in float64 and float32 stays within the "
+        "dtype's tolerance: A+ = sqrt((G-k)/k) reaches 64.",
+        _check_large,
+        _large_groups,
+    )
+)
+
+
+def _half_range(ctx: Context, p: Any) -> list[tuple[Batch, str]]:
+    batch = Batch.grouped(
+        np.array(
+            [
+                [1024.0, 512.0, 0.0, -256.0, 768.0, 1024.0, 8.0, 0.0],
+                [-1024.0, 1024.0, -1024.0, 256.0, -1024.0, 0.0, 1024.0, -1024.0],
+            ]
+        )
+    )
+    return [(batch, d) for d in ("float16", "bfloat16") if d in ctx.adapter.dtypes]
+
+
+def _check_half(ctx: Context, ex: tuple[Batch, str], p: Any) -> None:
+    batch, dtype_name = ex
+    out = ctx.call(batch, dtype=_DTYPES[dtype_name])
+    a = ctx.adapter.flat(out).detach().to("cpu", torch.float64).numpy()
+    if not np.isfinite(a).all():
+        ctx.fail(
+            f"{dtype_name} advantages hold {a[~np.isfinite(a)][0]} for rewards of magnitude 1024, "
+            "but should be finite",
+            batch,
+            cause="the variance overflows in half precision (squares of 1024 exceed float16's 65504): "
+            "compute the statistics in float32 and cast back",
+        )
+    if ((a == 0) & (ctx.expected(batch) != 0)).all():
+        ctx.fail(
+            f"{dtype_name} advantages: actual=0 everywhere for rewards of magnitude 1024, but should be "
+            f"{ctx.expected(batch)[:2].round(4).tolist()}, ...",
+            batch,
+            cause="the variance overflows in half precision (squares of 1024 exceed float16's 65504) "
+            "and the inf/NaN std is masked to 0: compute the statistics in float32 and cast back",
+        )
+    _check_dtype_accuracy(ctx, batch, dtype_name)
+
+
+_register(
+    Property(
+        "half_precision_range",
+        "numerics",
+        "float16 and bfloat16 rewards of magnitude up to 1024 (squares beyond float16's range) give finite "
+        "advantages within the dtype's tolerance.",
+        _check_half,
+        _half_range,
+        applies=lambda ctx, p: (
+            None if {"float16", "bfloat16"} & set(ctx.adapter.dtypes) else "no half dtype declared"
+        ),
+    )
+)
+
+
+def _check_large_batch(ctx: Context, batch: Batch, p: Any) -> None:
+    _check_values(ctx, batch, p)
+
+
+def _large_batch(ctx: Context, p: Any) -> list[Batch]:
+    rng = np.random.default_rng(0)
+    return [
+        Batch.grouped(rng.integers(0, 2, (512, 8)).astype(np.float64)),
+        Batch.grouped(rng.integers(-20, 21, (300, 5)) / 4.0),
+    ]
+
+
+_register(
+    Property(
+        "large_batch",
+        "numerics",
+        "A batch of 512 groups matches the oracle group for group (no group dropped or mixed).",
+        _check_large_batch,
+        _large_batch,
+    )
+)
+
+
+def _check_cuda(ctx: Context, batch: Batch, p: Any) -> None:
+    out = ctx.call(batch, device="cuda")
+    if getattr(out, "device", torch.device("cpu")).type != "cuda":
+        ctx.fail(
+            f"out.device={getattr(out, 'device', None)}, but should be cuda",
+            batch,
+            cause="the result moves to the CPU; keep it on rewards.device",
+        )
+    a = out.detach().to("cpu", torch.float64).numpy().reshape(-1)
+    ctx.compare("advantages on CUDA", batch, a, ctx.expected(batch))
+
+
+def _cuda_applies(ctx: Context, p: Any) -> str | None:
+    if "cuda" not in ctx.adapter.devices:
+        return f"{ctx.adapter.name} does not declare cuda"
+    if not torch.cuda.is_available():
+        return "no CUDA device: torch.cuda.is_available() is False"
+    return None
+
+
+_register(
+    Property(
+        "cuda_device",
+        "numerics",
+        "On a CUDA tensor the advantages stay on the device and equal the oracle's (float64 tolerance).",
+        _check_cuda,
+        lambda ctx, p: _LIVE + _large_batch(ctx, p)[:1],
+        applies=_cuda_applies,
+    )
+)

@@ -1,0 +1,62 @@
+"""Fixtures of the conformance suite: the implementation under test and the hypothesis seed.
+
+The options (``--impl``, ``--layout``, ``--loss``, ``--convention``, ``--report``) are
+registered by the ``sigma_ref.pytest_plugin`` plugin; the context is built once per run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sigma_ref.conformance.properties import PROPERTIES, Context
+from sigma_ref.pytest_plugin import conformance_context, conformance_seed
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _property_of(item: Any) -> str | None:
+    path = Path(str(getattr(item, "path", ""))).resolve()
+    if path.parent != _HERE or not path.name.startswith("test_"):
+        return None
+    name = getattr(item, "originalname", item.name).removeprefix("test_")
+    return name if name in PROPERTIES else None
+
+
+@pytest.fixture(scope="session")
+def sigma_ctx(pytestconfig: pytest.Config) -> Context:
+    """The implementation under test and what it should compute."""
+    return conformance_context(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def sigma_seed(pytestconfig: pytest.Config) -> int | None:
+    """The hypothesis seed (``None`` for derandomized profiles)."""
+    return conformance_seed(pytestconfig)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize dtype-wise properties over the dtypes the implementation declares."""
+    if "param" in metafunc.fixturenames:
+        prop = PROPERTIES[metafunc.function.__name__.removeprefix("test_")]
+        ctx = conformance_context(metafunc.config)
+        metafunc.parametrize("param", list(prop.params(ctx.adapter)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every property test with its name, level and whether it is required."""
+    for item in items:
+        name = _property_of(item)
+        if name is None:
+            continue
+        prop = PROPERTIES[name]
+        ctx = conformance_context(config)
+        item.add_marker(pytest.mark.sigma_property(name, prop.level, prop.required(ctx)))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say what is tested."""
+    impl = config.getoption("impl") or "the sigma_ref oracle (paper, index layout)"
+    return f"sigma-ref conformance: impl={impl}, convention={config.getoption('convention')}"

@@ -1,0 +1,42 @@
+"""Level 3, silent groups and DAPO.
+
+Silent groups give zero advantages and a zero update, never NaN; DAPO's keep mask is
+``0 < k < G``; groups of one follow the convention (SPEC section 7, level 3).
+
+Each test runs ``sigma_ref.conformance.properties.PROPERTIES[name]``: designed inputs,
+then hypothesis-generated ones (shrunk on failure).
+"""
+
+from __future__ import annotations
+
+from sigma_ref.conformance.properties import Context
+from sigma_ref.conformance.session import check_in_pytest
+
+
+def test_silent_group_zero(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """A silent group (all rewards equal, k = 0 or k = G) gets A = 0 exactly, never NaN."""
+    check_in_pytest(sigma_ctx, "silent_group_zero", seed=sigma_seed)
+
+
+def test_all_silent_batch(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """A batch of only silent groups gets A = 0 everywhere (the batch std is 0 too)."""
+    check_in_pytest(sigma_ctx, "all_silent_batch", seed=sigma_seed)
+
+
+def test_silent_zero_update(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """Silent groups give a zero update: g = 1{0<k<G} sigma delta_s = 0, finite, through the loss."""
+    check_in_pytest(sigma_ctx, "silent_zero_update", seed=sigma_seed)
+
+
+def test_dapo_keep_mask(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """DAPO's dynamic sampling keeps a group iff 0 < k < G (sigma > 0): the implementation's keep
+    mask (or its set of groups with non-zero advantages) equals dapo_keep_mask(R).
+    """
+    check_in_pytest(sigma_ctx, "dapo_keep_mask", seed=sigma_seed)
+
+
+def test_singleton_groups(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """A group of one response follows the convention: error (raise), zero (A = 0) or unit_std (A =
+    R / (1 + eps)); never NaN. Advisory where the convention says error.
+    """
+    check_in_pytest(sigma_ctx, "singleton_groups", seed=sigma_seed)

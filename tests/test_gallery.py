@@ -1,0 +1,123 @@
+"""The suite judged by what it catches: every wrong implementation fails the property it
+breaks, with the expected words; every correct one passes and is recognised."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from sigma_ref.conformance import Adapter, detect_convention
+from sigma_ref.conformance.properties import (
+    PROPERTIES,
+    Context,
+    NotApplicable,
+    PropertyFailure,
+    run_property,
+)
+
+from .gallery import correct, kill_matrix, wrong, wrong_context
+
+
+def test_gallery_is_big_enough() -> None:
+    """At least 15 wrong implementations, and a correct one for every preset and RLOO."""
+    from sigma_ref import PRESETS
+
+    assert len(wrong.WRONG) >= 15
+    assert {c[3] for c in correct.CORRECT} == set(PRESETS) | {"rloo"}
+    assert len({c.name for c in wrong.WRONG}) == len(wrong.WRONG)
+
+
+@pytest.mark.parametrize("case", wrong.WRONG, ids=lambda c: c.name)
+def test_wrong_fails_its_property(case: wrong.Case) -> None:
+    """The property the bug breaks fails, and the message names the cause."""
+    ctx = wrong_context(case)
+    prop = PROPERTIES[case.breaks]
+    params = list(prop.params(ctx.adapter))
+    messages = []
+    for param in params:
+        try:
+            run_property(prop, ctx, param, max_examples=10, shrink=False)
+        except PropertyFailure as exc:
+            messages.append(str(exc))
+    assert messages, f"{case.name}: test_{case.breaks} passed, but should fail"
+    assert any(case.says in m for m in messages), f"{case.name}: {case.says!r} not in {messages[0]!r}"
+    assert any("but should be" in m or "but should raise" in m for m in messages)
+
+
+@pytest.mark.parametrize("entry", correct.CORRECT, ids=lambda c: c[0])
+def test_correct_passes_and_is_recognised(entry: tuple) -> None:
+    """Every required property passes; the probes name the implementation's preset."""
+    name, fn, layout, preset, loss = entry
+    adapter = Adapter(fn, layout, loss=loss, name=name)
+    detection = detect_convention(adapter)
+    assert detection.preset == preset, detection.summary()
+    ctx = Context(adapter, detection.reference, detection)
+    for prop in PROPERTIES.values():
+        for param in prop.params(adapter):
+            try:
+                run_property(prop, ctx, param, max_examples=10, shrink=False)
+            except NotApplicable:
+                pass
+            except PropertyFailure as exc:
+                assert not prop.required(ctx), f"{name}: test_{prop.name}[{param}] failed: {exc}"
+
+
+def test_dapo_adapter_passes() -> None:
+    """An Adapter object with a keep mask, a loss and a declared convention conforms."""
+    adapter = correct.dapo_adapter
+    ctx = Context(adapter, detect_convention(adapter).reference, None, "post")
+    for name in ("dapo_keep_mask", "loss_gradient_identity", "silent_zero_update", "advantage_values"):
+        run_property(name, ctx, max_examples=10, shrink=False)
+
+
+def test_kill_rate() -> None:
+    """Every wrong implementation fails at least one required property (kill rate 100%)."""
+    start = time.perf_counter()
+    matrix = kill_matrix(wrong.WRONG, max_examples=2)
+    killed = [name for name, fails in matrix.items() if fails]
+    rate = len(killed) / len(matrix)
+    lines = [f"kill rate: {len(killed)}/{len(matrix)} = {rate:.0%} ({time.perf_counter() - start:.1f} s)"]
+    for case in wrong.WRONG:
+        fails = matrix[case.name]
+        lines.append(
+            f"  {case.name:<22} {len(fails):>2} fail, incl. {'test_' + case.breaks in ' '.join(fails)}: "
+            f"{', '.join(fails[:4])}{', ...' if len(fails) > 4 else ''}"
+        )
+    print("\n".join(lines))
+    assert rate == 1.0, "\n".join(lines)
+    for case in wrong.WRONG:
+        assert any(f.startswith(f"test_{case.breaks}") for f in matrix[case.name]), case.name
+
+
+def test_failure_is_shrunk() -> None:
+    """Hypothesis shrinks a failing input: centring on the batch mean needs just two groups of two."""
+    case = next(c for c in wrong.WRONG if c.name == "batch_mean_centering")
+    ctx = wrong_context(case)
+    with pytest.raises(PropertyFailure) as info:
+        run_property("group_centering", ctx, examples=False, max_examples=200)
+    msg = str(info.value)
+    assert "centered on the batch mean" in msg
+    rewards = re.search(r"rewards=\[([^\]]*)\]", msg).group(1).split(",")
+    assert len(rewards) == 4 and "G=2" in msg, msg
+
+
+def test_seed_reproduces() -> None:
+    """The same seed finds the same failing input; hypothesis input is random otherwise."""
+    case = next(c for c in wrong.WRONG if c.name == "no_centering")
+    ctx = wrong_context(case)
+    found = []
+    for _ in range(2):
+        with pytest.raises(PropertyFailure) as info:
+            run_property("shift_invariance", ctx, examples=False, seed=1234, max_examples=50, shrink=False)
+        found.append(str(info.value))
+    assert found[0] == found[1]
+
+
+def test_wrong_impl_detection_says_no_known_convention() -> None:
+    """Probes of a wrong implementation name no preset and say what they saw."""
+    case = next(c for c in wrong.WRONG if c.name == "eps_inside_sqrt")
+    det = wrong_context(case).detection
+    assert det is not None and det.preset is None
+    assert det.summary().startswith("no known convention")

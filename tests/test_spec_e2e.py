@@ -1,0 +1,127 @@
+"""End to end: ``pytest spec --impl ...`` and ``sigma-ref check/detect`` in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CI="true", HYPOTHESIS_PROFILE="ci")
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_pytest_spec_correct_and_wrong(tmp_path: Path) -> None:
+    """A correct implementation passes (exit 0); a wrong one fails (exit 1) with the cause."""
+    report = tmp_path / "ok.json"
+    ok = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "spec",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--impl",
+            "tests.gallery.correct:openrlhf_contiguous",
+            "--layout",
+            "contiguous",
+            "--report",
+            str(report),
+        ],
+        tmp_path,
+    )
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    assert "result: CONFORMANT" in ok.stdout
+    data = json.loads(report.read_text())
+    assert data["conformant"] and data["convention"]["detected"]["preset"] == "openrlhf"
+    bad = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "spec",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--impl",
+            "tests.gallery.wrong:batch_mean_centering",
+            "--layout",
+            "contiguous",
+            "--convention",
+            "paper",
+        ],
+        tmp_path,
+    )
+    assert bad.returncode == 1, bad.stdout[-3000:]
+    assert "FAILED   test_group_centering" in bad.stdout
+    assert "centered on the batch mean, not the group mean" in bad.stdout
+    assert "result: NOT CONFORMANT" in bad.stdout
+
+
+def test_sigma_ref_check_and_detect(tmp_path: Path) -> None:
+    """``sigma-ref check`` exits 0 only when every required property passes, and writes JSON."""
+    report = tmp_path / "bad.json"
+    bad = _run(
+        [
+            str(BIN / "sigma-ref"),
+            "check",
+            "tests.gallery.wrong:nan_on_silent",
+            "--layout",
+            "contiguous",
+            "--convention",
+            "paper",
+            "--report",
+            str(report),
+        ],
+        tmp_path,
+    )
+    assert bad.returncode == 1, bad.stdout[-3000:] + bad.stderr[-2000:]
+    data = json.loads(report.read_text())
+    assert data["conformant"] is False
+    outcome = {p["test"]: p for p in data["properties"]}
+    assert outcome["test_silent_group_zero"]["outcome"] == "failed"
+    assert "silent groups" in outcome["test_silent_group_zero"]["message"]
+    assert data["counts"]["failed"] >= 1 and data["implementation"] == "tests.gallery.wrong:nan_on_silent"
+    good = _run([str(BIN / "sigma-ref"), "check", "tests.gallery.correct:dapo_adapter"], tmp_path)
+    assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-2000:]
+    assert "result: CONFORMANT" in good.stdout
+    detect = _run(
+        [str(BIN / "sigma-ref"), "detect", "tests.gallery.correct:rloo_contiguous", "--layout", "contiguous"],
+        tmp_path,
+    )
+    assert detect.returncode == 0
+    assert detect.stdout.strip().splitlines() == [detect.stdout.strip()]
+    assert detect.stdout.startswith("rloo (")
+
+
+def test_bad_options_fail_at_once(tmp_path: Path) -> None:
+    """A plain function without --layout, or an unknown module, stops the run with the fix."""
+    no_layout = _run([str(BIN / "sigma-ref"), "check", "tests.gallery.correct:trl_contiguous"], tmp_path)
+    assert no_layout.returncode == 2
+    assert "--layout" in no_layout.stdout + no_layout.stderr
+    missing = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "spec",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--impl",
+            "no_such_module:fn",
+            "--layout",
+            "index",
+        ],
+        tmp_path,
+    )
+    assert missing.returncode != 0
+    assert "cannot import 'no_such_module'" in missing.stdout + missing.stderr

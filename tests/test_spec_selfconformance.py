@@ -1,0 +1,47 @@
+"""Self-conformance: the oracle passes every property under every preset, and is recognised."""
+
+from __future__ import annotations
+
+import pytest
+
+from sigma_ref import PRESETS
+from sigma_ref.conformance import detect_convention, oracle_adapter, reference_for
+from sigma_ref.conformance.losses import AGGREGATIONS, make_policy_loss
+from sigma_ref.conformance.properties import PROPERTIES, Context, NotApplicable, PropertyFailure, run_property
+
+NAMES = [*PRESETS, "rloo"]
+
+
+def _run_all(ctx: Context, max_examples: int) -> list[str]:
+    failures = []
+    for prop in PROPERTIES.values():
+        for param in prop.params(ctx.adapter):
+            try:
+                run_property(prop, ctx, param, max_examples=max_examples)
+            except NotApplicable:
+                pass
+            except PropertyFailure as exc:
+                if prop.required(ctx) or prop.name != "singleton_groups":
+                    failures.append(f"test_{prop.name}[{param}]: {exc}")
+    return failures
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_oracle_conforms_under_every_preset(name: str) -> None:
+    """Index layout, every property (loss included), the preset detected from probes."""
+    aggregation = AGGREGATIONS[NAMES.index(name) % len(AGGREGATIONS)]
+    adapter = oracle_adapter(name, layout="index").replace(loss=make_policy_loss(aggregation))
+    detection = detect_convention(adapter)
+    assert detection.preset == name, detection.summary()
+    ctx = Context(adapter, detection.reference, detection)
+    assert _run_all(ctx, max_examples=4) == []
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "grouped"])
+@pytest.mark.parametrize("name", ["paper", "trl", "trl_batch", "rloo"])
+def test_oracle_conforms_in_every_layout(name: str, layout: str) -> None:
+    """The contiguous and grouped layouts, with the convention declared."""
+    adapter = oracle_adapter(name, layout=layout)
+    assert detect_convention(adapter).preset == name
+    ctx = Context(adapter, reference_for(name), None, name)
+    assert _run_all(ctx, max_examples=3) == []
