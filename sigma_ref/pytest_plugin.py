@@ -30,6 +30,7 @@ Conformance options (used by ``spec/``; nothing changes unless one is given):
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from typing import Any
@@ -96,6 +97,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--convention", default="auto", help="auto (detect from probes, default), a preset name, or rloo"
     )
     group.addoption("--report", default=None, metavar="PATH", help="write the conformance results as JSON")
+    # sigma-ref check reads its own temporary report; it must not tell the user about it
+    group.addoption("--report-is-internal", action="store_true", help=argparse.SUPPRESS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -190,4 +193,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if path:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(to_json(report_dict(state["context"], state["outcomes"], **kw)) + "\n")
-        terminalreporter.write_line(f"report written to {path}")
+        if not config.getoption("report_is_internal"):
+            terminalreporter.write_line(f"report written to {path}")

@@ -8,7 +8,8 @@ A block is written in the README as::
 
 ``python tests/readme_blocks.py --write`` (``make readme``) re-runs every command and
 rewrites the blocks; ``tests/test_readme.py`` fails when a block is stale. Output of a
-command given ``--markdown`` is pasted as is; any other is fenced as text.
+command given ``--markdown`` is pasted as is; any other is fenced as text. Durations
+("6.9 s", "in 2.76s") are the only part compared loosely (:func:`normalise`).
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ BLOCK = re.compile(r"(<!-- generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- end 
 
 
 def run(command: str) -> str:
-    """Run a README command (``sigma-ref ...`` resolves to this environment's script)."""
+    """Run a README command (``sigma-ref ...`` resolves to this environment's script); stdout."""
     argv = shlex.split(command)
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
+    while argv and re.fullmatch(r"[A-Z_]+=\S*", argv[0]):  # leading VAR=value, as in a shell
+        name, _, value = argv.pop(0).partition("=")
+        env[name] = value
     if argv[0] == "sigma-ref":
         argv[0] = str(Path(sys.executable).parent / "sigma-ref")
     elif argv[0] == "python":
         argv[0] = sys.executable
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     return done.stdout
 
@@ -43,6 +47,14 @@ def render(command: str, output: str) -> str:
     if "--markdown" in shlex.split(command):
         return output.rstrip("\n") + "\n"
     return "```text\n" + output.rstrip("\n") + "\n```\n"
+
+
+_DURATION = re.compile(r"\b\d+(\.\d+)?\s?s\b")
+
+
+def normalise(body: str) -> str:
+    """``body`` with durations replaced, so that two runs of a command compare equal."""
+    return _DURATION.sub("<duration>", body)
 
 
 def refresh(text: str) -> str:

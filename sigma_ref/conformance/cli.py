@@ -73,6 +73,8 @@ def run_check(args: argparse.Namespace) -> int:
             "no:warnings",
             "-r" + ("fE" if args.full else "N"),
         ]
+        if not args.report:
+            argv.append("--report-is-internal")
         if args.layout:
             argv += ["--layout", args.layout]
         if args.loss:
