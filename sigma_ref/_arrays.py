@@ -118,14 +118,12 @@ class Groups:
         hi = x.new_full((self.n_groups,), -math.inf).scatter_reduce(0, self.inverse, x, "amax")
         return lo == hi
 
-    def first_member(self, flat_positions: torch.Tensor) -> torch.Tensor:
-        """Group number of each flat position."""
-        return self.inverse[flat_positions]
-
     def describe(self, group: int) -> str:
         """Human name of group number ``group`` for error messages."""
         if self.ids is not None:
-            return f"group with index id {self.ids[group]!r}"
+            gid = self.ids[group]
+            gid = gid.item() if isinstance(gid, np.generic) else gid  # 'a', not np.str_('a')
+            return f"group with index id {gid!r}"
         if self.batch_shape:
             where = np.unravel_index(group, self.batch_shape)
             return f"group at batch position {tuple(int(w) for w in where)}"
@@ -139,7 +137,10 @@ def flatten_grouped(x: torch.Tensor, dim: int, name: str) -> tuple[torch.Tensor,
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise TypeError(f"dim={dim!r} must be an int")
     if not -x.dim() <= dim < x.dim():
-        raise ValueError(f"dim={dim} is out of range for {name} with shape {tuple(x.shape)}")
+        raise ValueError(
+            f"dim={dim} is out of range for {name} with shape {tuple(x.shape)}; "
+            f"use {-x.dim()} <= dim < {x.dim()} (the axis that holds each group's responses)"
+        )
     moved = torch.movedim(x, dim, -1)
     batch_shape = tuple(moved.shape[:-1])
     size = moved.shape[-1]
@@ -163,13 +164,24 @@ def factorize(index: Any, n: int, device: torch.device) -> Groups:
         index = index.detach().cpu().numpy()
     if isinstance(index, (str, bytes)):
         raise TypeError(f"index={index!r} must be a sequence of group ids, one per reward")
-    ids = np.asarray(index) if not isinstance(index, np.ndarray) else index
-    if ids.ndim != 1:
-        try:  # e.g. a list of tuples: one hashable id each
-            ids = np.empty(len(index), dtype=object)
-            ids[:] = list(index)
-        except TypeError:
-            raise TypeError(f"index must be one-dimensional, got shape {np.shape(index)}") from None
+    if isinstance(index, np.ndarray):
+        if index.ndim != 1:
+            raise TypeError(
+                f"index has shape {index.shape}; pass a one-dimensional array of group ids, one per reward"
+            )
+        ids = index
+    else:
+        try:
+            ids = np.asarray(index)
+        except (ValueError, TypeError):  # e.g. tuples of different lengths
+            ids = None
+        if ids is None or ids.ndim != 1:
+            try:  # e.g. a list of tuples: one hashable id each
+                ids = np.fromiter(index, dtype=object)
+            except TypeError:
+                raise TypeError(
+                    f"index={short(index)} must be a sequence of group ids, one per reward"
+                ) from None
     if ids.shape[0] != n:
         raise ValueError(
             f"index has {ids.shape[0]} entries but rewards has {n}; pass one group id per reward"

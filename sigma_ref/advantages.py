@@ -162,7 +162,14 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
     array([ 1.        , -0.33333333, -0.33333333, -0.33333333])
     """
     flat, groups, backend = _prepare(rewards, index, dim)
-    stats = group_statistics(flat, groups, PAPER)  # raises on singleton groups
+    lonely = groups.sizes == 1
+    if bool(lonely.any()):
+        group = int(torch.nonzero(lonely)[0, 0])
+        raise ValueError(
+            f"rewards has a group of size 1 ({groups.describe(group)}); RLOO's leave-one-out "
+            "baseline needs G >= 2 responses per group. Sample more responses or drop the group"
+        )
+    stats = group_statistics(flat, groups, PAPER)
     sizes = groups.sizes[groups.inverse]
     adv = stats.centered * sizes / (sizes - 1)
     return backend.out(_arrays.restore(adv, groups))
@@ -171,7 +178,7 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
 def dapo_keep_mask(rewards: Array, *, index: Any = None, dim: int = -1) -> Array:
     """DAPO's dynamic-sampling rule, per response: keep iff its group is not silent.
 
-    For binary rewards a group is kept iff ``0 < k < G`` (iff ``sigma > 0``); for real
+    ``keep_i = (0 < k < G)`` for binary rewards (iff ``sigma > 0``); for real
     rewards iff not all rewards of the group are equal. A group of one response is
     never kept. Returns a boolean array shaped like ``rewards``.
 

@@ -53,8 +53,10 @@ class AuditResult:
     effective_budget: float
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (for JSON)."""
-        return dataclasses.asdict(self)
+        """Plain data (for JSON): ``json.loads(result.to_json()) == result.to_dict()``."""
+        data = dataclasses.asdict(self)
+        data["rows"] = list(data["rows"])  # JSON has lists, not tuples
+        return data
 
     def to_json(self) -> str:
         """The audit as a JSON document."""
@@ -91,6 +93,10 @@ class AuditResult:
 
 def corpus_audit(pass_rates: Any, G: int = 8, epsilon: float = 0.05) -> AuditResult:
     """Audit per-prompt pass rates at group size ``G`` (the seed post's audit, corrected).
+
+    Per prompt: silent rate ``p**G + (1-p)**G``, closed-form ``G* = ceil(1 / (8 epsilon
+    p (1 - p)))`` and the exact least ``G`` with fidelity ``>= 1 - epsilon``; totals:
+    average waste and effective budget ``= 1 - average waste``.
 
     >>> result = corpus_audit([0.5, 0.03], G=8)
     >>> [(r.closed_form_group_size, r.exact_group_size) for r in result.rows]

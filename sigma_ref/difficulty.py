@@ -101,8 +101,11 @@ def _bd0(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
     d = x - mean
     s = x + mean
     near = np.abs(d) < 0.1 * s
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = x * np.log(x / mean) + mean - x
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = x / mean
+        # a subnormal mean (p below ~1e-300) overflows the ratio: take the difference of logs
+        log_ratio = np.where(np.isfinite(ratio), np.log(ratio), np.log(x) - np.log(mean))
+        out = x * log_ratio + mean - x
     if near.any():
         dn, sn, xn = d[near], s[near], x[near]
         v = dn / sn
@@ -137,18 +140,24 @@ def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     hi = np.minimum(Gl - 1, np.ceil(Gl * pl + _TAIL_SD * sd + _TAIL_PAD))
     width = (hi - lo + 1).astype(np.int64)
     order = np.argsort(width, kind="stable")  # similar widths share a chunk
+    sorted_width = width[order]
     start = 0
     while start < order.size:  # chunks of prompts, not a loop over k or groups
-        w = int(width[order[start]])
-        count = max(1, _CHUNK // max(w, 1))
+        # the most prompts whose padded block (count x widest) fits in one chunk
+        rest = sorted_width[start:]
+        fits = np.arange(1, rest.size + 1) * rest <= _CHUNK
+        count = rest.size if fits.all() else max(1, int(np.argmin(fits)))
         sel = order[start : start + count]
         w = int(width[sel].max())
-        k = lo[sel, None] + np.arange(w, dtype=np.float64)[None, :]
-        valid = k <= hi[sel, None]
-        k = np.where(valid, k, lo[sel, None])
         Gs, ps = Gl[sel, None], pl[sel, None]
-        log_term = _log_binom_pmf(k, Gs, ps) + 0.5 * (np.log(k) + np.log(Gs - k))
-        out[idx[sel]] = np.where(valid, np.exp(log_term), 0.0).sum(axis=1)
+        total = np.zeros(sel.size)
+        for offset in range(0, w, _CHUNK):  # one block, unless one prompt is wider than a chunk
+            k = lo[sel, None] + np.arange(offset, min(w, offset + _CHUNK), dtype=np.float64)[None, :]
+            valid = k <= hi[sel, None]
+            k = np.where(valid, k, lo[sel, None])
+            log_term = _log_binom_pmf(k, Gs, ps) + 0.5 * (np.log(k) + np.log(Gs - k))
+            total += np.where(valid, np.exp(log_term), 0.0).sum(axis=1)
+        out[idx[sel]] = total
         start += count
     return out
 
@@ -173,16 +182,31 @@ def _check_method(method: Any) -> str:
     return method
 
 
+def _one_minus_pow(p: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``(1 - p)**G`` without the rounding of ``1 - p``.
+
+    ``q = fl(1 - p)`` is off by up to half an ulp of 1, which ``**G`` turns into a
+    relative error of ``G * 1.1e-16`` (``3e-12`` at ``p = 1e-6, G = 1e5``). The residual
+    ``c = (1 - q) - p`` is exact (Fast2Sum), so ``(1 - p)**G = q**G * exp(G log1p(c / q))``
+    is accurate to a few ulps for every ``G``.
+    """
+    q = 1.0 - p
+    c = (1.0 - q) - p
+    ratio = np.divide(c, q, out=np.zeros_like(q), where=q > 0)
+    return q**G * np.exp(G * np.log1p(ratio))
+
+
 def silent_group_rate(p: Any, G: Any) -> Any:
     """Probability that a group of ``G`` is silent (all wrong or all right): ``p**G + (1-p)**G``.
 
-    A silent group has ``sigma = 0`` and gives a zero update; DAPO drops it.
+    A silent group has ``sigma = 0`` and gives a zero update; DAPO drops it. Accurate to
+    a few ulps for every ``G`` (``1 - p`` is not rounded before the power).
 
     >>> round(silent_group_rate(0.05, 8), 4)
     0.6634
     """
     pf, Gf, shape, back = _p_and_G(p, G)
-    return back((pf**Gf + (1 - pf) ** Gf).reshape(shape))
+    return back((pf**Gf + _one_minus_pow(pf, Gf)).reshape(shape))
 
 
 def _expected(pf: np.ndarray, Gf: np.ndarray, method: str) -> np.ndarray:
@@ -194,8 +218,8 @@ def _expected(pf: np.ndarray, Gf: np.ndarray, method: str) -> np.ndarray:
 def expected_gradient(p: Any, G: Any, method: Method = "grpo") -> Any:
     """Exact expected per-prompt update, in units of ``delta_s``, for ``k ~ Bin(G, p)``.
 
-    ``"grpo"``: ``E[sigma] = (1/G) sum_{k=1}^{G-1} C(G,k) p^k (1-p)^(G-k) sqrt(k (G-k))``;
-    ``"dr_grpo"``: ``E[sigma**2] = p (1 - p) (1 - 1/G)``. As ``G`` grows, the GRPO value
+    ``method="grpo"``: ``E[sigma] = (1/G) sum_{k=1}^{G-1} C(G,k) p^k (1-p)^(G-k) sqrt(k (G-k))``;
+    ``method="dr_grpo"``: ``E[sigma**2] = p (1 - p) (1 - 1/G)``. As ``G`` grows, the GRPO value
     tends to ``sqrt(p (1 - p))``.
 
     >>> round(expected_gradient(0.5, 2), 6)  # k=1 w.p. 1/2, sigma=1/2
@@ -242,7 +266,7 @@ def attenuation(p: Any, G: Any) -> Any:
 
 
 def min_group_size(p: Any, epsilon: float = 0.05) -> Any:
-    """The group-size law in closed form: ``ceil(1 / (8 epsilon p (1 - p)))``.
+    """The group-size law in closed form: ``G* = ceil(1 / (8 epsilon p (1 - p)))``.
 
     The ``G`` at which :func:`attenuation` reaches ``1 - epsilon`` (the seed post's
     ``min_group_size``). It understates the need near ``p in {0, 1}``; see
@@ -254,7 +278,16 @@ def min_group_size(p: Any, epsilon: float = 0.05) -> Any:
     eps = _arrays.check_epsilon(epsilon)
     p_arr, back = _arrays.numeric(p, "p")
     _arrays.check_probability(p_arr, open_interval=True)
-    return back(np.ceil(1 / (8 * eps * p_arr * (1 - p_arr))), integer=True)
+    with np.errstate(over="ignore"):
+        size = np.ceil(1 / (8 * eps * p_arr * (1 - p_arr)))
+    too_big = ~(size < 2.0**63)  # would wrap around in int64
+    if too_big.any():
+        i = np.flatnonzero(too_big.reshape(-1))[0]
+        raise ValueError(
+            f"p={float(p_arr.reshape(-1)[i])!r} needs G = {float(size.reshape(-1)[i]):.3g} at "
+            f"epsilon={eps!r}, beyond a 64-bit integer; no finite training budget reaches it"
+        )
+    return back(size, integer=True)
 
 
 def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
@@ -277,7 +310,10 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     lo = np.where(ok, 1.0, hi)  # fidelity(1) = 0: G = 1 never suffices
     while not ok.all():
         if (hi > _MAX_G / 2).any():
-            raise ValueError(f"epsilon={eps!r} needs a group above 2**40 for p={pf[~ok][0]!r}")
+            raise ValueError(
+                f"epsilon={eps!r} needs a group above 2**40 for p={float(pf[~ok][0])!r}; "
+                "use a larger epsilon or drop prompts that (almost) never or always succeed"
+            )
         lo = np.where(ok, lo, hi)
         hi = np.where(ok, hi, 2 * hi)
         ok = _fidelity(pf, hi) >= target
@@ -307,8 +343,9 @@ def difficulty_weight(p: Any) -> Any:
 def mass_weight(p: Any, method: Method = "grpo", G: Any = None) -> Any:
     """Expected update size a prompt of success rate ``p`` receives.
 
-    Large-group limit (``G=None``): ``sqrt(p (1 - p))`` for GRPO, ``p (1 - p)`` for
-    Dr. GRPO. With ``G`` given: the exact :func:`expected_gradient`.
+    Large-group limit (``G=None``): ``sqrt(p (1 - p))`` for GRPO (``method="grpo"``),
+    ``p (1 - p)`` for Dr. GRPO (``method="dr_grpo"``). With ``G`` given: the exact
+    :func:`expected_gradient`.
 
     >>> mass_weight(0.5), mass_weight(0.5, "dr_grpo")
     (0.5, 0.25)
@@ -325,7 +362,8 @@ def mass_weight(p: Any, method: Method = "grpo", G: Any = None) -> Any:
 def mass_share(p: Any, mask: Any, method: Method = "grpo", G: Any = None) -> float:
     """Share of a corpus's total update mass that falls on the prompts where ``mask`` is True.
 
-    ``sum(mass_weight(p[mask])) / sum(mass_weight(p))``.
+    ``share = sum(m[mask]) / sum(m)`` with ``m = mass_weight(p, method, G)`` (``method``
+    ``"grpo"`` or ``"dr_grpo"``; ``G=None`` for the large-group limit).
 
     >>> round(mass_share([0.05, 0.5], [True, False]), 4)
     0.3036
@@ -350,9 +388,15 @@ def arcsine_objective(p: Any) -> Any:
     """GRPO's implicit objective per prompt, ``2 arcsin sqrt(p)``, whose p-derivative is
     :func:`difficulty_weight`.
 
+    Above ``p = 1/2`` it is evaluated as ``pi - 2 arcsin sqrt(1 - p)`` (``1 - p`` is exact
+    there), which keeps full precision near ``p = 1`` where ``arcsin`` is ill-conditioned.
+
     >>> round(arcsine_objective(0.5), 6)  # pi / 2
     1.570796
     """
     p_arr, back = _arrays.numeric(p, "p")
     _arrays.check_probability(p_arr)
-    return back(2 * np.arcsin(np.sqrt(p_arr)))
+    upper = p_arr > 0.5
+    low = 2 * np.arcsin(np.sqrt(np.where(upper, 0.0, p_arr)))
+    high = np.pi - 2 * np.arcsin(np.sqrt(np.where(upper, 1.0 - p_arr, 0.0)))
+    return back(np.where(upper, high, low))
