@@ -4,6 +4,13 @@ GRPO, Dr. GRPO, RLOO and DAPO all act on one number, the group reward standard
 deviation ``sigma = sqrt(k (G - k)) / G``. For binary rewards the per-prompt update
 is exactly ``g = (sigma**2 / d) * (s+ - s-)``, with ``d = sigma`` for GRPO.
 
+Public submodules beyond this namespace: ``sigma_ref.testing``
+(``assert_advantages_close``, in the style of ``torch.testing.assert_close``),
+``sigma_ref.strategies`` (hypothesis strategies for reward groups, ragged batches and
+scores; needs hypothesis), ``sigma_ref.conformance`` (the suite's ``Adapter`` protocol
+and ``detect_convention``), ``sigma_ref.symbolic`` (the sympy expressions the proofs
+derive) and ``sigma_ref.compat.post`` (the seed post's code, as published).
+
 >>> import numpy as np, sigma_ref
 >>> sigma_ref.grpo_advantage(np.array([1.0, 0.0, 0.0, 0.0]))
 array([ 1.73205081, -0.57735027, -0.57735027, -0.57735027])
