@@ -38,7 +38,16 @@ proofs: install
 	$(PY) proofs/build.py
 
 # make peers: install TRL, verl and OpenRLHF (CPU, ~1 GB) for the adapters in spec/adapters
-# and `sigma-ref matrix`; the main install stays light.
+# and `sigma-ref matrix`; the main install stays light. In CI (CI=true) `make test` installs
+# them too, so the README's peer matrix is regenerated from the named versions and checked.
+PEERS_STAMP := $(VENV)/.sigma-ref-peers-installed
 .PHONY: peers
-peers: install
+peers: $(PEERS_STAMP)
+
+$(PEERS_STAMP): spec/adapters/install_peers.sh | $(STAMP)
 	bash spec/adapters/install_peers.sh $(PIP)
+	touch $(PEERS_STAMP)
+
+ifeq ($(CI),true)
+test: peers
+endif

@@ -19,6 +19,10 @@ singleton  ``error``, ``zero`` or ``unit_std``     a group of one response: reje
 A silent group (all rewards equal) always gets advantage 0 under ``scale="group"``,
 whatever ``eps`` is: its centred rewards are exactly zero.
 
+Presets (each records its ``source``): ``PAPER``, ``POST``, ``DR_GRPO``, ``TRL``,
+``TRL_BATCH``, ``VERL``, ``OPENRLHF``; ``PRESETS`` maps their names to them and
+:func:`get_convention` looks one up by name.
+
 >>> from sigma_ref.conventions import PAPER, TRL
 >>> PAPER.ddof, TRL.ddof, TRL.eps
 (0, 1, 0.0001)
@@ -151,7 +155,7 @@ TRL = Convention(
     ddof=1,
     eps=1e-4,
     singleton="zero",
-    source="trl 1.16: GRPOTrainer, scale_rewards='group', contiguous groups",
+    source="trl 1.16.0: GRPOTrainer, scale_rewards='group' (nanstd + 1e-4), contiguous groups",
 )
 TRL_BATCH = Convention(
     "trl_batch",
@@ -159,20 +163,20 @@ TRL_BATCH = Convention(
     eps=1e-4,
     scale="batch",
     singleton="zero",
-    source="trl 1.16: GRPOTrainer, scale_rewards='batch'",
+    source="trl 1.16.0: GRPOTrainer, scale_rewards='batch' (group mean, batch nanstd + 1e-4)",
 )
 VERL = Convention(
     "verl",
     ddof=1,
     eps=1e-6,
     singleton="unit_std",
-    source="verl 0.9: core_algos.compute_grpo_outcome_advantage, groups by index",
+    source="verl 0.9.1: core_algos.compute_grpo_outcome_advantage (torch.std + 1e-6), groups by uid",
 )
 OPENRLHF = Convention(
     "openrlhf",
     ddof=1,
     eps=1e-9,
-    source="openrlhf 0.11: advantage_estimator='group_norm', contiguous groups",
+    source="openrlhf 0.11.2: advantage estimator 'group_norm' (std + 1e-9), contiguous groups",
 )
 
 PRESETS: Mapping[str, Convention] = {
@@ -181,7 +185,9 @@ PRESETS: Mapping[str, Convention] = {
 
 
 def get_convention(name: str | Convention) -> Convention:
-    """The preset called ``name`` (a :class:`Convention` is returned as is).
+    """The preset called ``name``: ``get_convention(name) = PRESETS[name.lower()]``.
+
+    A :class:`Convention` is returned as is.
 
     >>> get_convention("verl").eps
     1e-06

@@ -7,6 +7,13 @@ import pytest
 from tests import readme_blocks
 
 
+def _missing_peers() -> list[str]:
+    """The peers the matrix block was generated with that this environment lacks."""
+    from spec.adapters import openrlhf, trl, verl
+
+    return [module.PEER.title for module in (trl, verl, openrlhf) if not module.available()]
+
+
 @pytest.mark.parametrize(
     "command,body",
     [
@@ -16,6 +23,10 @@ from tests import readme_blocks
 )
 def test_generated_block_is_current(command: str, body: str) -> None:
     """Each ``<!-- generated: CMD -->`` block equals CMD's output; ``make readme`` refreshes."""
+    if command.startswith("sigma-ref matrix"):
+        missing = _missing_peers()
+        if missing:
+            pytest.skip(f"the peer matrix needs {', '.join(missing)} (`make peers`; CI installs them)")
     expected = readme_blocks.render(command, readme_blocks.run(command))
     assert readme_blocks.normalise(body) == readme_blocks.normalise(expected), (
         f"README block for `{command}` is stale; run `make readme`"

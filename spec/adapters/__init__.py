@@ -1,0 +1,15 @@
+"""Adapters that plug real trainers' code into the suite (``sigma_ref.conformance.Adapter``).
+
+Each module imports the installed package it adapts and exposes ``Adapter`` instances;
+run one with ``pytest spec --impl sigma_ref._spec.adapters.<module>:<adapter>`` (from an
+install) or ``--impl spec.adapters.<module>:<adapter>`` (from a clone).
+
+The modules: ``post`` (the seed post's code, ``sigma_ref.compat.post``, always there),
+``trl`` (TRL 1.16.0), ``verl`` (verl 0.9.1) and ``openrlhf`` (OpenRLHF 0.11.2). Each
+exposes ``PEER``, ``ADAPTERS`` (``{mode: Adapter}``), ``NOT_APPLICABLE`` (``{mode:
+reason}``) and ``available()`` / ``unavailable()``; the peer itself is imported on first
+use, so importing a module never needs the peer (shared plumbing: ``_peers.py``).
+``make peers`` installs the three peers on CPU (``install_peers.sh``), ``sigma-ref matrix``
+runs the suite on every mode; the README, under the matrix, says what it finds, input by
+input.
+"""

@@ -1,0 +1,107 @@
+"""Shared plumbing of the peer adapters (private): availability, lazy loading, tensors.
+
+Every adapter module (``trl``, ``verl``, ``openrlhf``, ``post``) exposes the same four
+names, which ``sigma-ref matrix`` and ``tests/test_peers.py`` read:
+
+* ``PEER``: the :class:`Peer` it adapts (distribution name, tested release);
+* ``ADAPTERS``: ``{mode: Adapter}``, one :class:`~sigma_ref.conformance.Adapter` per mode;
+* ``NOT_APPLICABLE``: ``{mode: reason}``, modes the framework has but that cannot be
+  driven on their own (the matrix prints them as ``n/a`` with the reason);
+* ``available()`` / ``unavailable()``: whether the peer is installed, and why not.
+
+Importing an adapter module never imports its peer: the peer is imported on the first
+call of an adapter (``functools.cache``), and a missing peer raises
+:class:`PeerUnavailableError` (an ``ImportError``) naming the fix, ``make peers``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["Peer", "PeerUnavailableError", "per_token", "version_of", "lazy"]
+
+
+class PeerUnavailableError(ImportError):
+    """The peer package an adapter calls is not installed (``make peers`` installs it)."""
+
+
+def version_of(dist: str) -> str | None:
+    """The installed version of distribution ``dist``, or ``None``.
+
+    >>> version_of("torch") is not None
+    True
+    >>> version_of("no-such-distribution-sigma-ref") is None
+    True
+    """
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """A peer framework: its distribution, import name and the release the adapters were written for.
+
+    >>> p = Peer("no-such-dist", "no_such_module", "1.0")
+    >>> print(p.unavailable())
+    no_such_module is not installed (the adapters were written for no-such-dist 1.0; install the
+    peers with `make peers`)
+    """
+
+    dist: str
+    module: str
+    tested: str
+    title: str = ""
+
+    @property
+    def version(self) -> str | None:
+        """The installed version, or ``None``."""
+        return version_of(self.dist)
+
+    def unavailable(self) -> str | None:
+        """Why the peer cannot be used, or ``None`` when it is installed."""
+        if importlib.util.find_spec(self.module) is None or self.version is None:
+            return (
+                f"{self.module} is not installed (the adapters were written for {self.dist} "
+                f"{self.tested}; install the peers with `make peers`)"
+            )
+        return None
+
+    def require(self) -> str:
+        """The installed version; raises :class:`PeerUnavailableError` with the reason if absent."""
+        reason = self.unavailable()
+        if reason is not None:
+            raise PeerUnavailableError(reason)
+        return str(self.version)
+
+
+def lazy(loader: Callable[[], Any]) -> Callable[[], Any]:
+    """``loader`` run once, on first use (the peer is imported then, not at module import)."""
+    cache: list[Any] = []
+
+    def load() -> Any:
+        if not cache:
+            cache.append(loader())
+        return cache[0]
+
+    load.__name__ = getattr(loader, "__name__", "load")
+    load.__doc__ = loader.__doc__
+    return load
+
+
+def per_token(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-response advantages ``[N]`` broadcast to the tokens, ``A_i * mask_it`` (``[N, T]``).
+
+    verl and OpenRLHF take advantages per token (their trainers store them so).
+
+    >>> per_token(torch.tensor([1.0, -2.0]), torch.tensor([[1.0, 0.0], [1.0, 1.0]])).tolist()
+    [[1.0, 0.0], [-2.0, -2.0]]
+    """
+    return advantages.reshape(-1, 1).to(mask.dtype) * mask

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install the GRPO peers the adapters call (TRL 1.16.0, verl 0.9.1, OpenRLHF 0.11.2) on CPU
+# into an existing venv that already has sigma-ref and torch 2.13.0 (`make peers` runs this).
+#
+#   usage: spec/adapters/install_peers.sh VENV/bin/pip
+#
+# * torch stays at 2.13.0: a constraints file goes to every `pip install`, so a dependency
+#   that wants another torch makes pip fail instead of replacing it.
+# * verl, OpenRLHF and deepspeed declare GPU stacks (flash-attn, vllm, CUDA pins) in their
+#   metadata, so they go in with --no-deps and their import-time dependencies are named here.
+#   pip then prints "ERROR: pip's dependency resolver ... conflicts" for the unmet GPU pins
+#   (and transformers / ray pins): expected, not fatal.
+# * Never `pip install vllm`: it pulls another torch and the CUDA stack. OpenRLHF imports
+#   flash_attn and vllm; spec/adapters/openrlhf.py provides stand-ins for the import only.
+# Measured on 2 cores with a warm pip cache: about 80 s, about 1 GB (ray 240 MB, pyarrow 170 MB).
+set -euo pipefail
+PIP=${1:?usage: $0 VENV/bin/pip}
+PY="$(dirname "$PIP")/python"
+CON=$(mktemp)
+trap 'rm -f "$CON"' EXIT
+echo "torch==2.13.0" > "$CON"
+pipi() { "$PIP" install -q -c "$CON" "$@"; }
+step() { local s; s=$(date +%s); "$@"; echo "  [$(( $(date +%s) - s ))s] $*" >&2; }
+t0=$(date +%s)
+
+# TRL: its own dependencies are light and leave torch alone
+step pipi trl==1.16.0
+# verl: --no-deps, then what `import verl` and core_algos need (verl/__init__ imports ray)
+step pipi --no-deps verl==0.9.1
+step pipi ray "tensordict>=0.8.0,<=0.10.0,!=0.9.0" omegaconf hydra-core codetiming
+# OpenRLHF: --no-deps; deepspeed without building its CUDA ops; then its import-time deps
+step pipi --no-deps openrlhf==0.11.2
+DS_BUILD_OPS=0 step pipi --no-deps --no-build-isolation deepspeed==0.19.6
+step pipi hjson ninja py-cpuinfo einops msgpack psutil pydantic tqdm
+step pipi peft pylatexenc aiohttp
+step pipi --no-deps torchdata
+
+"$PY" - <<'PY'
+import sys
+import torch
+from sigma_ref.conformance import Batch
+from sigma_ref.conformance.matrix import adapter_module, installed_versions
+
+if not torch.__version__.startswith("2.13.0"):
+    sys.exit(f"torch {torch.__version__} was installed over 2.13.0: remove the venv and start again")
+batch = Batch.grouped([[1.0, 0.0, 0.0, 0.0]])
+for peer in ("trl", "verl", "openrlhf"):
+    module = adapter_module(peer)
+    if module.unavailable():
+        sys.exit(module.unavailable())
+    for name, adapter in module.ADAPTERS.items():
+        adapter(batch)  # imports the peer and runs its code once
+print("peers OK:", ", ".join(f"{k} {v}" for k, v in installed_versions().items()))
+PY
+echo "peers installed in $(( $(date +%s) - t0 ))s"

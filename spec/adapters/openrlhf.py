@@ -1,0 +1,229 @@
+"""Adapters for OpenRLHF 0.11 (``RemoteExperienceMaker.compute_advantages_and_returns``, ``PolicyLoss``).
+
+Importing OpenRLHF needs ``flash_attn`` and ``vllm``, which do not install on a CPU
+machine; :func:`_stand_ins` puts raising stand-in modules in ``sys.modules`` for the
+import only (never when the real packages are importable) and removes them afterwards.
+
+Advantages (layout ``contiguous``: OpenRLHF scatters samples to prompt-major order by
+``Experience.index`` and then groups by position, ``reshape(-1, n_samples_per_prompt)``):
+the arguments come from OpenRLHF's own CLI parser (the statements of
+``openrlhf/cli/train_ppo_ray.py``'s ``__main__`` block before ``parse_args``, read with
+``ast``) parsed with ``--algo.advantage.estimator E --rollout.n_samples_per_prompt G``
+and passed through ``openrlhf.utils.config.hierarchize``, so every default (KL
+coefficient, ``reward.clip_range``) is OpenRLHF's. A real ``RemoteExperienceMaker`` (its
+``__init__`` only stores references) runs ``compute_advantages_and_returns`` on one
+``Experience(rewards=R, index=range(N), action_mask=ones[N, 1], kl=zeros[N, 1])``; the
+advantage is read from the single action token. OpenRLHF computes in at least float32
+and writes the advantages in ``kl``'s dtype, which in training is the log-probs' (float32
+in a float32 or bf16 run: float64 rewards then give float32 advantages); here ``kl`` gets
+the rewards' dtype, so the suite checks the arithmetic (``tests/test_peers.py`` shows the
+cast with a float32 ``kl``). Modes
+``group_norm`` (declared ``openrlhf``), ``dr_grpo`` (``dr_grpo``), ``rloo`` (``rloo``).
+
+Loss: ``PolicyLoss(token_level_loss=...)(log_probs, old_log_probs, A_i mask_it,
+action_mask=mask)[0]`` with OpenRLHF's defaults (clip 0.2); ``token-mean`` (the default
+``actor.loss_agg_mode``) for the advantage modes, and a ``loss[seq-mean-token-mean]`` row.
+
+>>> sorted(ADAPTERS)
+['dr_grpo', 'group_norm', 'loss[seq-mean-token-mean]', 'rloo']
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import functools
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+import torch
+
+from sigma_ref.conformance import Adapter
+
+from ._peers import Peer, lazy, per_token
+
+__all__ = ["PEER", "ADAPTERS", "NOT_APPLICABLE", "available", "unavailable"]
+
+PEER = Peer("openrlhf", "openrlhf", "0.11.2", title="OpenRLHF")
+
+#: Modules OpenRLHF imports at import time that have no CPU build.
+_STAND_IN_MODULES: dict[str, tuple[str, ...]] = {
+    "flash_attn": (
+        "flash_attn",
+        "flash_attn.bert_padding",
+        "flash_attn.utils",
+        "flash_attn.utils.distributed",
+    ),
+    "vllm": (
+        "vllm",
+        "vllm.inputs",
+        "vllm.utils",
+        "vllm.distributed",
+        "vllm.distributed.utils",
+        "vllm.distributed.device_communicators",
+        "vllm.distributed.device_communicators.pynccl",
+    ),
+}
+
+
+def available() -> bool:
+    """Whether OpenRLHF is installed."""
+    return PEER.unavailable() is None
+
+
+def unavailable() -> str | None:
+    """Why OpenRLHF cannot be used, or ``None``."""
+    return PEER.unavailable()
+
+
+def _stand_in(name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__path__ = []
+
+    def __getattr__(attr: str) -> Any:  # noqa: N807  # any name: a callable that raises when called
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+
+        def unavailable(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(f"{name}.{attr} is a CPU stand-in of sigma-ref's OpenRLHF adapter")
+
+        return unavailable
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    return module
+
+
+@contextlib.contextmanager
+def _stand_ins() -> Iterator[None]:
+    """Stand-ins for ``flash_attn`` / ``vllm`` in ``sys.modules`` while OpenRLHF is imported."""
+    added = []
+    for root, names in _STAND_IN_MODULES.items():
+        if root in sys.modules or importlib.util.find_spec(root) is not None:
+            continue
+        for name in names:
+            sys.modules[name] = _stand_in(name)
+            added.append(name)
+            parent, _, child = name.rpartition(".")
+            if parent:
+                setattr(sys.modules[parent], child, sys.modules[name])
+    try:
+        yield
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
+
+
+@lazy
+def _openrlhf() -> types.SimpleNamespace:
+    """The OpenRLHF names the adapters use (imported once, with the stand-ins)."""
+    PEER.require()
+    # deepspeed (imported by openrlhf) logs to the stdout of import time; send it to stderr,
+    # so that `sigma-ref matrix` prints only the matrix on stdout
+    with _stand_ins(), contextlib.redirect_stdout(sys.stderr):
+        import openrlhf
+        from openrlhf.models.loss import PolicyLoss
+        from openrlhf.trainer.ppo_utils.experience import Experience
+        from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+        from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+        from openrlhf.utils.config import hierarchize
+    return types.SimpleNamespace(
+        root=os.path.dirname(openrlhf.__file__),
+        PolicyLoss=PolicyLoss,
+        Experience=Experience,
+        RemoteExperienceMaker=RemoteExperienceMaker,
+        FixedKLController=FixedKLController,
+        hierarchize=hierarchize,
+    )
+
+
+@lazy
+def _parser() -> argparse.ArgumentParser:
+    """OpenRLHF's own CLI parser (train_ppo_ray.py, read not imported: its imports need ray actors)."""
+    path = os.path.join(_openrlhf().root, "cli", "train_ppo_ray.py")
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), path)
+    main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
+    stop = next(
+        i
+        for i, n in enumerate(main.body)
+        if isinstance(n, ast.Assign) and "parse_args" in ast.unparse(n.value)
+    )
+    scope: dict[str, Any] = {"argparse": argparse, "os": os, "datetime": datetime, "__name__": "__main__"}
+    exec(compile(ast.Module(body=main.body[:stop], type_ignores=[]), path, "exec"), scope)
+    return scope["parser"]
+
+
+@functools.cache
+def _maker(estimator: str, group_size: int) -> Any:
+    """A real RemoteExperienceMaker over the CLI's arguments for ``estimator`` and ``group_size``."""
+    o = _openrlhf()
+    argv = ["--algo.advantage.estimator", estimator, "--rollout.n_samples_per_prompt", str(group_size)]
+    args = o.hierarchize(_parser().parse_args(argv))
+    if args.actor.eps_clip_low_high is None:  # the CLI's own post-processing (train_ppo_ray.py)
+        args.actor.eps_clip_low_high = (args.actor.eps_clip, args.actor.eps_clip)
+    strategy = types.SimpleNamespace(args=args)
+    kl = o.FixedKLController(args.algo.kl.init_coef)
+    return o.RemoteExperienceMaker(
+        None, None, None, None, kl_controller=kl, strategy=strategy, tokenizer=None
+    )
+
+
+def _advantages(
+    estimator: str, kl_dtype: torch.dtype | None = None
+) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """``compute_advantages_and_returns`` for ``estimator``; ``kl`` in ``kl_dtype`` (default: rewards')."""
+
+    def advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        o = _openrlhf()
+        n = rewards.shape[0]
+        mask = torch.ones(n, 1, dtype=torch.bool, device=rewards.device)
+        kl = torch.zeros(n, 1, dtype=kl_dtype or rewards.dtype, device=rewards.device)
+        exp = o.Experience(rewards=rewards, index=list(range(n)), action_mask=mask, kl=kl, info={})
+        (exp,) = _maker(estimator, group_size).compute_advantages_and_returns([exp])
+        return exp.advantages[:, 0]
+
+    advantages.__name__ = f"openrlhf_compute_advantages_and_returns[{estimator}]"
+    return advantages
+
+
+def _loss(mode: str) -> Callable[..., torch.Tensor]:
+    def loss(
+        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean")
+        out = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask)
+        return out[0]
+
+    loss.__name__ = f"openrlhf_PolicyLoss[{mode}]"
+    return loss
+
+
+_TOKEN_MEAN = _loss("token-mean")
+_GROUP_NORM = _advantages("group_norm")
+
+
+def _adapter(fn: Callable[..., Any], convention: str, name: str, loss: Callable[..., Any]) -> Adapter:
+    return Adapter(fn, "contiguous", loss=loss, convention=convention, name=f"openrlhf {name}")
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "group_norm": _adapter(_GROUP_NORM, "openrlhf", "group_norm", _TOKEN_MEAN),
+    "dr_grpo": _adapter(_advantages("dr_grpo"), "dr_grpo", "dr_grpo", _TOKEN_MEAN),
+    "rloo": _adapter(_advantages("rloo"), "rloo", "rloo", _TOKEN_MEAN),
+    "loss[seq-mean-token-mean]": _adapter(
+        _GROUP_NORM, "openrlhf", "group_norm + PolicyLoss seq-mean-token-mean", _loss("seq-mean-token-mean")
+    ),
+}
+
+NOT_APPLICABLE: dict[str, str] = {
+    "dapo_filter": "OpenRLHF's dynamic filtering (keep a prompt iff 0 < mean(scores) < 1) runs inside the "
+    "vLLM rollout loop (samples_generator.py) and cannot be driven on its own",
+}

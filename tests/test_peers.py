@@ -1,0 +1,515 @@
+"""The peer adapters (``spec/adapters``): each calls its framework's own code and computes
+what its declared convention says, and each deviation listed under the README's peer
+matrix is shown here on the input the sentence names.
+
+Peers that are not installed are skipped with the reason (``make peers`` installs them);
+the seed post's adapters always run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sigma_ref import grpo_advantage, rloo_advantage
+from sigma_ref.conformance import Adapter, Batch, detect_convention
+from sigma_ref.conformance.losses import make_policy_loss
+from sigma_ref.conformance.matrix import PEERS, adapter_module, run_adapter, run_matrix
+from sigma_ref.testing import assert_advantages_close
+
+# the probe groups of the study: k = 1, k = 2, two silent groups, real rewards (G = 4)
+PROBE = np.array(
+    [
+        [1.0, 0.0, 0.0, 0.0],
+        [1.0, 1.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0, 0.0],
+        [1.0, 1.0, 1.0, 1.0],
+        [0.5, 0.2, 0.9, 0.1],
+    ]
+)
+PROBE_BATCH = Batch.grouped(PROBE)
+# verl's ragged case: uid a has 4 interleaved members, b 2 (both 0), c is a singleton
+RAGGED = Batch(np.array([1.0, 0.0, 0.7, 1.0, 0.0, 0.3, 0.0]), np.array([0, 1, 0, 2, 1, 0, 0]))
+
+
+def _module(name: str):
+    module = adapter_module(name)
+    reason = module.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    return module
+
+
+def _all_adapters() -> list:
+    params = []
+    for peer in PEERS:
+        module = adapter_module(peer)
+        for mode in module.ADAPTERS:
+            params.append(pytest.param(peer, mode, id=f"{peer}:{mode}"))
+    return params
+
+
+def _fp(adapter: Adapter, batch: Batch, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Raw output of the adapter (as the layout calls it) for rewards of ``dtype``."""
+    return adapter.call_raw(batch, torch.tensor(batch.rewards, dtype=dtype))
+
+
+# --------------------------------------------------------------------------------------
+# every adapter: its own code, its declared convention
+@pytest.mark.parametrize(("peer", "mode"), _all_adapters())
+def test_adapter_matches_oracle_on_probe(peer: str, mode: str) -> None:
+    """On the probe groups (k = 1, 2, silent, real rewards) each mode equals the oracle under its
+    declared convention, to float32 precision (several peers compute in float32)."""
+    adapter = _module(peer).ADAPTERS[mode]
+    if adapter.convention is None:
+        pytest.skip(f"{adapter.name} declares no convention (see test_trl_normalize_then_sum)")
+    actual = adapter(PROBE_BATCH)
+    assert_advantages_close(
+        actual.reshape(PROBE.shape),
+        PROBE,
+        convention=adapter.convention,
+        rtol=3e-6,
+        atol=3e-6,
+        context=adapter.name,
+    )
+
+
+@pytest.mark.parametrize(("peer", "mode"), _all_adapters())
+def test_adapter_is_detected_as_declared(peer: str, mode: str) -> None:
+    """The probes of ``detect_convention`` name the declared convention."""
+    adapter = _module(peer).ADAPTERS[mode]
+    if adapter.convention is None:
+        pytest.skip(f"{adapter.name} declares no convention")
+    det = detect_convention(adapter)
+    if peer == "post" and mode == "dapo":
+        # the post's dapo_advantage takes sum(R) in {0, G} for "silent": the structure probe
+        # [[1,0,0,0],[0,3,1,0]] has sum 4 = G in its second group, which it drops
+        assert det.preset is None and det.family == "unknown"
+        return
+    assert det.preset == adapter.convention, det.summary()
+
+
+def test_post_is_always_available() -> None:
+    """The seed post's adapters need nothing but sigma-ref."""
+    module = adapter_module("post")
+    assert module.available() and module.unavailable() is None
+    assert set(module.ADAPTERS) == {"grpo", "dr_grpo", "dapo"}
+
+
+@pytest.mark.parametrize("peer", [p for p in PEERS if p != "post"])
+def test_unavailable_reason_or_version(peer: str) -> None:
+    """A peer is either installed (with a version) or says why not and how to fix it."""
+    module = adapter_module(peer)
+    if module.available():
+        assert module.PEER.version is not None and module.unavailable() is None
+    else:
+        assert "make peers" in module.unavailable()
+        adapter = next(iter(module.ADAPTERS.values()))
+        with pytest.raises(ImportError, match="make peers"):
+            adapter(PROBE_BATCH)
+
+
+# --------------------------------------------------------------------------------------
+# 1-2: Bessel std and a different eps in each peer's GRPO
+@pytest.mark.parametrize(
+    ("peer", "mode", "eps", "a_plus"),
+    [
+        ("verl", "grpo", 1e-6, 1.49999702),
+        ("verl", "grpo_vectorized", 1e-6, 1.49999702),
+        ("trl", "group", 1e-4, 1.49970007),
+        ("openrlhf", "group_norm", 1e-9, 1.5),
+    ],
+)
+def test_grpo_uses_bessel_std_plus_eps(peer: str, mode: str, eps: float, a_plus: float) -> None:
+    """[1,0,0,0]: A+ = 3/4 / (sigma_b + eps) with sigma_b = 1/2 (Bessel), not the paper's sqrt(3)."""
+    adapter = _module(peer).ADAPTERS[mode]
+    a = adapter(Batch.grouped([[1.0, 0.0, 0.0, 0.0]]))
+    assert float(a[0]) == pytest.approx(0.75 / (0.5 + eps), rel=1e-7)
+    assert float(a[0]) == pytest.approx(a_plus, abs=1e-7)
+    paper = float(grpo_advantage(np.array([1.0, 0.0, 0.0, 0.0]))[0])
+    assert paper == pytest.approx(math.sqrt(3))
+    assert float(a[0]) / paper == pytest.approx(math.sqrt(3 / 4), rel=3e-4)
+    det = detect_convention(adapter)
+    assert det.convention is not None and det.convention.ddof == 1
+    assert det.convention.eps == pytest.approx(eps, rel=0.05)
+
+
+def test_silent_groups_get_zero_everywhere() -> None:
+    """[0,0,0,0] and [1,1,1,1] get exactly 0 (no NaN) in every installed GRPO, RLOO, Dr. GRPO mode."""
+    seen = 0
+    for peer in PEERS:
+        module = adapter_module(peer)
+        if not module.available():
+            continue
+        for adapter in module.ADAPTERS.values():
+            if adapter.convention is None:  # TRL normalize_then_sum: see its own test
+                continue
+            a = adapter(PROBE_BATCH).numpy().reshape(5, 4)
+            assert (a[2:4] == 0).all(), (adapter.name, a[2:4])
+            seen += 1
+    assert seen >= 3
+
+
+# --------------------------------------------------------------------------------------
+# 3: singleton groups
+def test_verl_singletons_disagree_between_code_paths() -> None:
+    """Ragged uids [a,b,a,c,b,a,a], rewards [1,0,.7,1,0,.3,0]: the singleton c (R = 1) gets
+    R/(1+1e-6) in grpo and grpo_vectorized, R in grpo(norm off) and rloo, but 0 in rloo_vectorized."""
+    verl = _module("verl")
+    c = 3  # position of the singleton
+    got = {mode: float(verl.ADAPTERS[mode](RAGGED)[c]) for mode in verl.ADAPTERS if "loss" not in mode}
+    # mean 0 and std 1 are float32 scalars in verl, so 1 + 1e-6 is rounded to float32
+    assert got["grpo"] == pytest.approx(1 / (1 + 1e-6), rel=1e-7)
+    assert got["grpo_vectorized"] == pytest.approx(1 / (1 + 1e-6), rel=1e-7)
+    assert got["grpo_no_std"] == 1.0 and got["grpo_vectorized_no_std"] == 1.0
+    assert got["rloo"] == 1.0
+    assert got["rloo_vectorized"] == 0.0
+    # the other groups agree between the two RLOO paths and with the oracle
+    rloo, vec = verl.ADAPTERS["rloo"](RAGGED), verl.ADAPTERS["rloo_vectorized"](RAGGED)
+    others = np.array([i != c for i in range(RAGGED.n)])
+    assert torch.allclose(rloo[others], vec[others], atol=1e-12)
+    expected = grpo_advantage(RAGGED.rewards[others], convention="verl", index=RAGGED.index[others])
+    assert np.allclose(verl.ADAPTERS["grpo"](RAGGED)[others].numpy(), expected, atol=1e-7)
+
+
+def test_trl_group_of_one_gets_zero() -> None:
+    """num_generations = 1 (TRL's eval path), rewards [1, 0, .7]: every scale gives A = 0."""
+    trl = _module("trl")
+    batch = Batch.grouped([[1.0], [0.0], [0.7]])
+    for mode in ("group", "batch", "none"):
+        assert trl.ADAPTERS[mode](batch).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_openrlhf_group_of_one_is_nan() -> None:
+    """n_samples_per_prompt = 1, rewards [1, 0, .7]: group_norm and rloo give NaN (0/0), dr_grpo 0
+    (OpenRLHF's CLI refuses n = 1 for these estimators)."""
+    orl = _module("openrlhf")
+    batch = Batch.grouped([[1.0], [0.0], [0.7]])
+    with pytest.warns(UserWarning):
+        assert torch.isnan(orl.ADAPTERS["group_norm"](batch)).all()
+    assert torch.isnan(orl.ADAPTERS["rloo"](batch)).all()
+    assert orl.ADAPTERS["dr_grpo"](batch).tolist() == [0.0, 0.0, 0.0]
+
+
+# --------------------------------------------------------------------------------------
+# 4-5: TRL's batch scale and normalize_then_sum
+def test_trl_batch_scale_couples_groups() -> None:
+    """scale_rewards='batch' on the probe batch: one Bessel std over all 20 rewards (0.47713509),
+    so [1,0,0,0] gets 1.57155252, and changing another group changes it."""
+    trl = _module("trl")
+    a = trl.ADAPTERS["batch"](PROBE_BATCH)
+    assert float(a[0]) == pytest.approx(0.75 / (0.47713509 + 1e-4), rel=1e-6)
+    assert float(a[0]) == pytest.approx(1.57155252, abs=1e-6)
+    changed = PROBE.copy()
+    changed[4] = [5.0, 0.0, 0.0, 0.0]
+    b = trl.ADAPTERS["batch"](Batch.grouped(changed))
+    assert abs(float(b[0]) - float(a[0])) > 0.5
+    assert_advantages_close(a.reshape(PROBE.shape), PROBE, convention="trl_batch", rtol=1e-6, atol=1e-6)
+
+
+def test_trl_normalize_then_sum_renormalises_over_the_batch() -> None:
+    """multi_objective_aggregation='normalize_then_sum', one reward function, probe batch: each
+    group is normalised (Bessel + 1e-4), then divided again by one std over the whole batch, so
+    [1,0,0,0] gets 2.179 (not 1.4997) and depends on the other groups; silent groups get the
+    batch mean's rounding (about 1e-17 here, -1e-8 in float32), not exactly 0."""
+    trl = _module("trl")
+    a = trl.ADAPTERS["normalize_then_sum"](PROBE_BATCH).numpy().reshape(5, 4)
+    group = trl.ADAPTERS["group"](PROBE_BATCH).numpy().reshape(5, 4)
+    assert a[0, 0] == pytest.approx(2.17917013, abs=1e-6)
+    batch_std = np.std(group.reshape(-1), ddof=1)
+    assert np.allclose(a, group / (batch_std + 1e-4), atol=1e-12)
+    assert (np.abs(a[2:4]) < 1e-7).all()
+    changed = PROBE.copy()
+    changed[4] = [0.0, 0.0, 0.0, 0.0]  # one more silent group shrinks the batch std
+    b = trl.ADAPTERS["normalize_then_sum"](Batch.grouped(changed)).numpy()
+    assert b[0] > a[0, 0] + 0.1
+
+
+# --------------------------------------------------------------------------------------
+# 6-7: OpenRLHF's clamp and reinforce_baseline
+def test_openrlhf_clamps_advantages_to_ten() -> None:
+    """group_norm, G = 128, k = 1: A+ = 127/sqrt(128 * 127/128)... = 11.225320 under the oracle's
+    openrlhf convention, but reward.clip_range (default (-10, 10)) clamps it to 10.0; at G = 101
+    (A+ = 9.950372) nothing is clamped."""
+    orl = _module("openrlhf")
+    for G, clamped in ((101, False), (128, True)):
+        rewards = np.zeros((1, G))
+        rewards[0, 0] = 1.0
+        a = orl.ADAPTERS["group_norm"](Batch.grouped(rewards))
+        want = float(grpo_advantage(rewards, convention="openrlhf")[0, 0])
+        if clamped:
+            assert want == pytest.approx(11.225320, abs=1e-6)
+            assert float(a[0]) == 10.0
+        else:
+            assert float(a[0]) == pytest.approx(want, rel=1e-6)
+
+
+def test_openrlhf_clamp_breaks_dr_grpo_and_rloo_beyond_ten() -> None:
+    """The clamp acts on un-normalised advantages too: rloo on [0,12,4,0] gives 10.0 instead of
+    10.6667 (the group no longer sums to 0), dr_grpo on [0,0,0,40] gives [-10,-10,-10,10]."""
+    orl = _module("openrlhf")
+    a = orl.ADAPTERS["rloo"](Batch.grouped([[0.0, 12.0, 4.0, 0.0]])).numpy()
+    assert np.allclose(a, [-5.333333333333333, 10.0, 0.0, -5.333333333333333], atol=1e-12)
+    assert float(rloo_advantage(np.array([0.0, 12.0, 4.0, 0.0]))[1]) == pytest.approx(10.666666666666666)
+    assert abs(a.sum()) > 0.6
+    d = orl.ADAPTERS["dr_grpo"](Batch.grouped([[0.0, 0.0, 0.0, 40.0]])).tolist()
+    assert d == [-10.0, -10.0, -10.0, 10.0]
+
+
+@pytest.mark.parametrize(
+    ("peer", "mode"), [("verl", "rloo"), ("verl", "rloo_vectorized"), ("openrlhf", "rloo")]
+)
+def test_rloo_is_exact_below_the_clamp(peer: str, mode: str) -> None:
+    """RLOO = G/(G-1)(R - mu) to 1e-12 in float64 on the probe batch (verl and OpenRLHF)."""
+    adapter = _module(peer).ADAPTERS[mode]
+    expected = rloo_advantage(PROBE).reshape(-1)
+    assert np.abs(adapter(PROBE_BATCH).numpy() - expected).max() < 1e-12
+
+
+def test_openrlhf_reinforce_baseline_whitens_the_batch() -> None:
+    """Estimator reinforce_baseline (not a GRPO mode) = R - mean, then divided by one population
+    std over every token of the batch: [1,0,0,0] in the probe batch gets 2.294, not 0.75."""
+    orl = _module("openrlhf")
+    fn = orl._advantages("reinforce_baseline")
+    a = fn(torch.tensor(PROBE.reshape(-1)), 4)
+    centred = PROBE - PROBE.mean(1, keepdims=True)
+    assert np.allclose(a.numpy(), (centred / centred.std()).reshape(-1), atol=1e-6)
+    assert float(a[0]) == pytest.approx(2.29415751, abs=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# 8: grouping
+def test_verl_groups_by_uid_interleaved() -> None:
+    """verl groups by uid wherever the samples are; the oracle with index= agrees (ragged batch,
+    singleton c excluded, its convention differs per path)."""
+    verl = _module("verl")
+    keep = RAGGED.index != 2
+    batch = Batch(RAGGED.rewards[keep], RAGGED.index[keep])
+    for mode, conv in (
+        ("grpo", "verl"),
+        ("grpo_vectorized", "verl"),
+        ("rloo", "rloo"),
+        ("grpo_no_std", "dr_grpo"),
+    ):
+        assert_advantages_close(
+            verl.ADAPTERS[mode](batch),
+            batch.rewards,
+            convention=conv,
+            index=batch.index,
+            rtol=1e-6,
+            atol=1e-6,
+        )
+
+
+def test_trl_and_openrlhf_group_by_position() -> None:
+    """[1,0,1,0, 0,0,0,0] with G = 4: two groups by position, whatever prompts the rows came from."""
+    for peer, mode in (("trl", "group"), ("openrlhf", "group_norm")):
+        module = adapter_module(peer)
+        if not module.available():
+            continue
+        a = module.ADAPTERS[mode](Batch.grouped([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]))
+        assert a[4:].tolist() == [0.0] * 4
+        assert float(a[0]) == pytest.approx(-float(a[1]))
+
+
+# --------------------------------------------------------------------------------------
+# 10: dtypes
+def test_verl_vectorized_computes_statistics_in_float32() -> None:
+    """float64 probe batch: grpo matches the oracle to 1e-12, grpo_vectorized only to ~1e-7 (its
+    group statistics are float32); bf16 rewards give float32 (grpo_vectorized) and float64
+    (rloo_vectorized) advantages."""
+    verl = _module("verl")
+    expected = grpo_advantage(PROBE, convention="verl").reshape(-1)
+    loop = verl.ADAPTERS["grpo"](PROBE_BATCH).numpy()
+    vec = verl.ADAPTERS["grpo_vectorized"](PROBE_BATCH).numpy()
+    assert np.abs(loop - expected).max() < 1e-12
+    assert 1e-9 < np.abs(vec - expected).max() < 1e-6
+    assert _fp(verl.ADAPTERS["grpo"], PROBE_BATCH, torch.bfloat16).dtype == torch.bfloat16
+    assert _fp(verl.ADAPTERS["grpo_vectorized"], PROBE_BATCH, torch.bfloat16).dtype == torch.float32
+    assert _fp(verl.ADAPTERS["rloo_vectorized"], PROBE_BATCH, torch.bfloat16).dtype == torch.float64
+    assert _fp(verl.ADAPTERS["grpo_vectorized"], PROBE_BATCH, torch.float64).dtype == torch.float64
+    big = np.zeros((1, 4096))
+    big[0, :7] = 1.0
+    want = float(grpo_advantage(big, convention="verl")[0, 0])
+    assert want == pytest.approx(24.165512, abs=1e-6)
+    assert float(verl.ADAPTERS["grpo"](Batch.grouped(big))[0]) == pytest.approx(want, rel=1e-12)
+    assert float(verl.ADAPTERS["grpo_vectorized"](Batch.grouped(big))[0]) == pytest.approx(
+        24.165935, abs=1e-6
+    )
+
+
+def test_trl_bf16_rewards_give_float32() -> None:
+    """bf16 rewards times TRL's float32 reward_weights: float32 advantages; float64 stays float64."""
+    trl = _module("trl")
+    assert _fp(trl.ADAPTERS["group"], PROBE_BATCH, torch.bfloat16).dtype == torch.float32
+    assert _fp(trl.ADAPTERS["group"], PROBE_BATCH, torch.float64).dtype == torch.float64
+
+
+def test_openrlhf_advantages_take_the_kl_dtype() -> None:
+    """float64 rewards with float32 kl (the log-prob dtype of a float32 or bf16 run): OpenRLHF
+    computes in float64 but writes float32 advantages; bf16 rewards are computed in float32."""
+    orl = _module("openrlhf")
+    rewards = torch.tensor(PROBE.reshape(-1))
+    out = orl._advantages("group_norm", kl_dtype=torch.float32)(rewards, 4)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, orl.ADAPTERS["group_norm"](PROBE_BATCH).float())
+    assert _fp(orl.ADAPTERS["group_norm"], PROBE_BATCH, torch.bfloat16).dtype == torch.bfloat16
+
+
+def test_post_group_of_one_is_nan() -> None:
+    """The post's grpo_advantage on one response: tensor.std() of one element is NaN."""
+    post = adapter_module("post")
+    with pytest.warns(UserWarning):
+        assert torch.isnan(post.ADAPTERS["grpo"](Batch.grouped([[0.7], [0.2]]))).all()
+
+
+def test_post_computes_in_float32_and_keeps_the_graph() -> None:
+    """The post's functions call rewards.float(): float64 in, float32 out; rewards that require
+    grad give advantages that require grad (no detach)."""
+    post = adapter_module("post")
+    for mode in ("grpo", "dr_grpo", "dapo"):
+        out = _fp(post.ADAPTERS[mode], PROBE_BATCH, torch.float64)
+        assert out.dtype == torch.float32
+        r = torch.tensor(PROBE, requires_grad=True)
+        assert post.ADAPTERS[mode].advantages(r).requires_grad
+
+
+# --------------------------------------------------------------------------------------
+# 11: loss aggregation weights at ratio 1: dL/dlogp_it = -w_it A_i
+N_LOSS, T_LOSS = 6, 5
+LENGTHS = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 5.0], dtype=torch.float64)
+MASK = (torch.arange(T_LOSS)[None, :] < LENGTHS[:, None]).to(torch.float64)
+
+
+def _weights(loss) -> torch.Tensor:
+    """w_it = -dL/dlogp_it / A_i at ratio 1, for A = 1..N."""
+    gen = torch.Generator().manual_seed(0)
+    logp = (torch.randn(N_LOSS, T_LOSS, generator=gen, dtype=torch.float64) * 0.1 - 1).requires_grad_(True)
+    adv = torch.arange(1.0, N_LOSS + 1, dtype=torch.float64)
+    loss(logp, logp.detach(), adv, MASK).backward()
+    return -logp.grad / adv[:, None]
+
+
+_TOKEN = MASK / MASK.sum()
+_SEQ = MASK / (N_LOSS * LENGTHS[:, None])
+_SEQ_EPS = MASK / (N_LOSS * (LENGTHS[:, None] + 1e-8))  # verl and OpenRLHF divide by n_i + 1e-8
+_CONST = MASK / (N_LOSS * T_LOSS)
+WEIGHTS = {
+    ("trl", "loss[dapo]"): _TOKEN,
+    ("trl", "loss[bnpo]"): _TOKEN,
+    ("trl", "loss[grpo]"): _SEQ,
+    ("trl", "loss[sapo]"): _SEQ,
+    ("trl", "loss[dr_grpo]"): _CONST,
+    ("trl", "loss[luspo]"): MASK / N_LOSS,
+    ("trl", "loss[cispo]"): 0.2 * _TOKEN,  # default epsilon_high 0.2 caps the ratio weight
+    ("trl", "loss[vespo]"): _TOKEN,
+    ("verl", "loss[token-mean]"): _TOKEN,
+    ("verl", "loss[token-sum]"): MASK,
+    ("verl", "loss[seq-mean-token-sum]"): MASK / N_LOSS,
+    ("verl", "loss[seq-mean-token-mean]"): _SEQ_EPS,
+    ("verl", "loss[seq-mean-token-sum-norm]"): _CONST,
+    ("openrlhf", "group_norm"): _TOKEN,
+    ("openrlhf", "loss[seq-mean-token-mean]"): _SEQ_EPS,
+}
+
+
+@pytest.mark.parametrize(("peer", "mode"), list(WEIGHTS), ids=[f"{p}:{m}" for p, m in WEIGHTS])
+def test_loss_aggregation_weights(peer: str, mode: str) -> None:
+    """Each loss's weights w_it at ratio 1 (lengths 1..5 in width 5, N = 6): token-mean 1/sum n,
+    per-sequence 1/(N n_i) (verl and OpenRLHF: 1/(N (n_i + 1e-8))), constant 1/(N T), token-sum 1,
+    luspo 1/N; cispo's default epsilon_high = 0.2 scales its weights by 0.2."""
+    adapter = _module(peer).ADAPTERS[mode]
+    w = _weights(adapter.loss)
+    assert torch.allclose(w, WEIGHTS[(peer, mode)], rtol=1e-9, atol=1e-12), w
+
+
+@pytest.mark.parametrize(
+    ("peer", "mode", "aggregation"),
+    [
+        ("trl", "loss[bnpo]", "token_mean"),
+        ("trl", "loss[grpo]", "seq_mean_token_mean"),
+        ("trl", "loss[dr_grpo]", "seq_mean_token_sum_norm"),
+        ("verl", "loss[token-mean]", "token_mean"),
+        ("verl", "loss[seq-mean-token-mean]", "seq_mean_token_mean"),
+        ("verl", "loss[seq-mean-token-sum-norm]", "seq_mean_token_sum_norm"),
+        ("openrlhf", "group_norm", "token_mean"),
+        ("openrlhf", "loss[seq-mean-token-mean]", "seq_mean_token_mean"),
+    ],
+)
+def test_loss_equals_reference_loss(peer: str, mode: str, aggregation: str) -> None:
+    """Off ratio 1 too (random old log-probs, clipping active), the peer's loss and gradient equal
+    the suite's reference clipped surrogate with the same aggregation (to 1e-8 relative: verl and
+    OpenRLHF add 1e-8 to each sequence's token count)."""
+    adapter = _module(peer).ADAPTERS[mode]
+    gen = torch.Generator().manual_seed(1)
+    logp = (torch.randn(N_LOSS, T_LOSS, generator=gen, dtype=torch.float64) * 0.3 - 1).requires_grad_(True)
+    old = logp.detach() + torch.randn(N_LOSS, T_LOSS, generator=gen, dtype=torch.float64) * 0.3
+    adv = torch.linspace(-1.5, 2.0, N_LOSS, dtype=torch.float64)
+    ours = make_policy_loss(aggregation)(logp, old, adv, MASK)
+    (g_ours,) = torch.autograd.grad(ours, logp)
+    theirs = adapter.loss(logp, old, adv, MASK)
+    (g_theirs,) = torch.autograd.grad(theirs, logp)
+    rtol = 1e-7 if aggregation == "seq_mean_token_mean" and peer != "trl" else 1e-12
+    assert theirs.item() == pytest.approx(ours.item(), rel=rtol, abs=1e-14)
+    assert torch.allclose(g_theirs, g_ours, rtol=rtol, atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# 12: DAPO keep mask (the post's)
+def test_post_dapo_counts_k_as_the_reward_sum() -> None:
+    """The post's dapo_advantage calls a group silent iff sum(R) in {0, G}: binary groups are
+    right, but [0, 3, 1, 0] (sum 4 = G, sigma > 0) and [-1, 1, 0, 0] (sum 0) are dropped
+    too, and [0.5, 0.5] (sigma = 0, sum 1) is kept."""
+    post = adapter_module("post")
+    dapo = post.ADAPTERS["dapo"]
+    binary = Batch.grouped([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    assert dapo.keep(binary).tolist() == [True] * 4 + [False] * 8
+    real = Batch.grouped([[0.0, 3.0, 1.0, 0.0], [-1.0, 1.0, 0.0, 0.0]])
+    assert not dapo.keep(real).any()
+    assert dapo(real).abs().max() == 0
+    assert dapo.keep(Batch.grouped([[0.5, 0.5]])).all()
+
+
+# --------------------------------------------------------------------------------------
+# the matrix
+def test_matrix_rows_for_every_mode() -> None:
+    """The post's rows: checked with the declared convention, one n/a row for the missing loss;
+    peers that are not installed are one 'not installed' row; the markdown holds no timings."""
+    matrix = run_matrix(PEERS, max_examples=2, modes=["post:grpo", "post:loss"])
+    by = {(r.implementation, r.mode): r for r in matrix.rows}
+    grpo = by[("seed post", "grpo")]
+    assert grpo.status == "checked" and grpo.declared == "post" and grpo.detected == "post"
+    assert grpo.cells["identity"].outcome == "pass"
+    assert "output_dtype[float64, bfloat16, float16]" in grpo.cells["contract"].failed
+    assert by[("seed post", "loss")].status == "n/a"
+    for peer in PEERS[1:]:
+        module = adapter_module(peer)
+        if not module.available():
+            assert by[(module.PEER.title, "")].status == "not installed"
+    md = matrix.to_markdown()
+    assert "| seed post | `grpo` | post | post |" in md
+    assert " s " not in md and "seconds" not in md
+    assert (
+        matrix.to_markdown()
+        == run_matrix(PEERS, max_examples=2, modes=["post:grpo", "post:loss"]).to_markdown()
+    )
+
+
+def test_run_adapter_reports_each_property() -> None:
+    """One outcome per property and parameter, with its level."""
+    results, ctx = run_adapter(adapter_module("post").ADAPTERS["dr_grpo"], max_examples=2)
+    names = {r["property"] for r in results}
+    assert {"output_shape", "advantage_values", "silent_group_zero", "dtype_accuracy"} <= names
+    assert ctx.reference.name == "dr_grpo"
+    outcomes = {r["outcome"] for r in results}
+    assert outcomes <= {"passed", "failed", "advisory", "not applicable"}
+
+
+def test_matrix_columns_are_the_suites_levels() -> None:
+    """The matrix's columns are the suite's levels (kept importable without hypothesis)."""
+    from sigma_ref.conformance import matrix, properties
+
+    assert matrix.LEVELS == properties.LEVELS
