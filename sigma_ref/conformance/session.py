@@ -19,7 +19,7 @@ __all__ = ["build_context", "Outcome", "summary", "report_dict", "check_in_pytes
 
 
 def build_context(
-    impl: str | None = None,
+    impl: str | Adapter | None = None,
     *,
     layout: str | None = None,
     loss: str | None = None,
@@ -27,8 +27,9 @@ def build_context(
 ) -> Context:
     """The context for a run: the adapter, what it should compute, and the detection.
 
-    ``impl=None`` tests the oracle itself (PAPER, index layout, the token-mean reference
-    loss). ``convention="auto"`` uses the adapter's declared convention if it has one,
+    ``impl``: ``pkg.module:attr`` of a function or an :class:`Adapter`, or an
+    :class:`Adapter` itself; ``None`` tests the oracle itself (PAPER, index layout, the
+    token-mean reference loss). ``convention="auto"`` uses the adapter's declared convention if it has one,
     else the detected one; a name (a preset or ``rloo``) fixes it.
     """
     if impl is None:
