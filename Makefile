@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# the main job: the corpus audit of the seed post's example, then a conformance report
 demo: install
 	$(VENV)/bin/sigma-ref audit 0.5 0.3 0.15 0.08 0.03 --G 8
+	$(VENV)/bin/sigma-ref check tests.gallery.correct:trl_contiguous --layout contiguous \
+		--loss tests.gallery.correct:token_mean_loss
 
 test: install
 	$(PY) -m pytest
