@@ -17,48 +17,34 @@ def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _pytest_spec(impl: str, *options: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``pytest spec --impl IMPL OPTIONS...`` from the clone, in a subprocess."""
+    argv = [sys.executable, "-m", "pytest", "spec", "-q", "-p", "no:cacheprovider", "--impl", impl]
+    return _run([*argv, *options], tmp_path)
+
+
 def test_pytest_spec_correct_and_wrong(tmp_path: Path) -> None:
     """A correct implementation passes (exit 0); a wrong one fails (exit 1) with the cause."""
     report = tmp_path / "ok.json"
-    ok = _run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "spec",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--impl",
-            "tests.gallery.correct:openrlhf_contiguous",
-            "--layout",
-            "contiguous",
-            "--report",
-            str(report),
-        ],
-        tmp_path,
+    ok = _pytest_spec(
+        "tests.gallery.correct:openrlhf_contiguous",
+        "--layout",
+        "contiguous",
+        "--report",
+        str(report),
+        tmp_path=tmp_path,
     )
     assert ok.returncode == 0, ok.stdout[-3000:]
     assert "result: CONFORMANT" in ok.stdout
     data = json.loads(report.read_text())
     assert data["conformant"] and data["convention"]["detected"]["preset"] == "openrlhf"
-    bad = _run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "spec",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--impl",
-            "tests.gallery.wrong:batch_mean_centering",
-            "--layout",
-            "contiguous",
-            "--convention",
-            "paper",
-        ],
-        tmp_path,
+    bad = _pytest_spec(
+        "tests.gallery.wrong:batch_mean_centering",
+        "--layout",
+        "contiguous",
+        "--convention",
+        "paper",
+        tmp_path=tmp_path,
     )
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "FAILED   test_group_centering" in bad.stdout
@@ -107,21 +93,6 @@ def test_bad_options_fail_at_once(tmp_path: Path) -> None:
     no_layout = _run([str(BIN / "sigma-ref"), "check", "tests.gallery.correct:trl_contiguous"], tmp_path)
     assert no_layout.returncode == 2
     assert "--layout" in no_layout.stdout + no_layout.stderr
-    missing = _run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "spec",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--impl",
-            "no_such_module:fn",
-            "--layout",
-            "index",
-        ],
-        tmp_path,
-    )
+    missing = _pytest_spec("no_such_module:fn", "--layout", "index", tmp_path=tmp_path)
     assert missing.returncode != 0
     assert "cannot import 'no_such_module'" in missing.stdout + missing.stderr
