@@ -72,6 +72,28 @@ def test_dapo_adapter_passes() -> None:
         run_property(name, ctx, max_examples=10, shrink=False)
 
 
+#: Groups on which a correct RLOO (leave-one-out sum) errs by up to 1.27x the old low-precision
+#: tolerance, scaled by max|R| / sigma instead of max|R| / d: seed 44 of the dev profile.
+_ILL_CONDITIONED = [
+    [0.0] * 7 + [-4.75, -8.5] + [-10.0] * 6,
+    [-3.25, -9.25, -10.0, -0.25, -9.0, -8.0, -9.0, -10.0, -1.0, -6.25, -7.75, -2.0],
+    [7.5, 10.0, 10.0, 9.5, 10.0, 10.0, 8.75, 10.0, 10.0, 9.75, 10.0, 8.5, 10.0, 10.0, 8.5, 10.0],
+]
+
+
+@pytest.mark.parametrize("entry", correct.CORRECT, ids=lambda c: c[0])
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+def test_correct_passes_ill_conditioned_low_precision(entry: tuple, dtype_name: str) -> None:
+    """Large mean, large spread: every correct implementation stays within the dtype accuracy."""
+    from sigma_ref.conformance.adapter import Batch
+    from sigma_ref.conformance.reference import reference_for
+
+    name, fn, layout, preset = entry[:4]
+    ctx = Context(Adapter(fn, layout, name=name), reference_for(preset), None, preset)
+    for rewards in _ILL_CONDITIONED:
+        PROPERTIES["dtype_accuracy"].check(ctx, Batch.grouped([rewards]), dtype_name)
+
+
 def test_kill_rate() -> None:
     """Every wrong implementation fails at least one required property (kill rate 100%)."""
     start = time.perf_counter()

@@ -1145,18 +1145,44 @@ _register(
 
 # ---------------------------------------------------------------------------------
 # level 4: numerics
-def _condition(batch: Batch) -> float:
-    """``kappa = max_g max_i |R_i| / sigma_g`` over live groups (at least 1).
+def _divisor(ctx: Context, batch: Batch) -> np.ndarray:
+    """The reference's divisor ``d_g`` of each element's group, ``|R_i - mu_g| / |A_i|`` (0 if silent).
 
-    Computing ``R - mu`` in a working precision with unit roundoff ``u`` errs by about
-    ``u |R|``, so the advantages err by about ``u |R| / sigma`` relative: low-precision
-    tolerances are scaled by ``kappa``.
+    ``sigma_g`` (+ eps) for GRPO, the batch std for ``scale='batch'``, 1 for Dr. GRPO,
+    ``(G-1)/G`` for RLOO; read off the oracle, so no formula is repeated here.
     """
-    sig = _sigma(batch)
-    live = sig > 0
+    from ..advantages import dr_grpo_advantage
+
+    c = as_numpy(dr_grpo_advantage(batch.rewards, index=batch.index))
+    a = ctx.expected(batch)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(a != 0, np.abs(c / np.where(a != 0, a, 1)), 0.0)
+    g = _groups_of(batch)
+    d = np.zeros(g.max() + 1)
+    np.maximum.at(d, g, ratio)  # one value per group; an element with A_i = 0 gives none
+    return d[g]
+
+
+def _condition(ctx: Context, batch: Batch) -> float:
+    """``kappa = max_g max_{i in g} |R_i| / d_g`` over live groups (at least 1).
+
+    The advantages are ``A = (R - b) / d`` with the convention's baseline ``b`` and divisor
+    ``d`` (:func:`_divisor`). Computing ``b`` in a working precision with unit roundoff
+    ``u`` errs by a few ``u max|R|`` (a group mean; or RLOO's leave-one-out
+    ``(sum_j R_j - R_i) / (G - 1)``, whose sum carries ``G |mu|`` and is rounded twice
+    more), so ``A`` errs by a few ``u max|R| / d`` absolute: the low-precision ``atol`` is
+    scaled by ``kappa``, ``rtol`` (the output's own rounding) is not, so a wrong value of
+    the size of ``A`` itself is never tolerated (an advantage clamped at 10 in a
+    Dr. GRPO group of rewards 1024 has ``kappa = 1024``). Dividing by ``sigma_g`` instead
+    of ``d_g`` under-states the error where ``d`` does not shrink with ``sigma`` (Dr. GRPO,
+    RLOO: a correct RLOO failed in bfloat16 at ``max|R| / sigma`` = 2.1, seed 44 of the
+    dev profile).
+    """
+    d = _divisor(ctx, batch)
+    live = d > 0
     if not live.any():
         return 1.0
-    return max(1.0, float((np.abs(batch.rewards[live]) / sig[live]).max()))
+    return max(1.0, float((np.abs(batch.rewards[live]) / d[live]).max()))
 
 
 def _check_dtype_accuracy(ctx: Context, batch: Batch, dtype_name: str) -> None:
@@ -1165,8 +1191,8 @@ def _check_dtype_accuracy(ctx: Context, batch: Batch, dtype_name: str) -> None:
     out = ctx.call(rounded, dtype=dtype)
     a = ctx.adapter.flat(out).detach().to("cpu", torch.float64).numpy()
     rtol, atol = TOLERANCES[dtype]
-    kappa = 1.0 if dtype == torch.float64 else _condition(rounded)
-    found = mismatch_message(a, ctx.expected(rounded), rtol * kappa, atol * kappa)
+    kappa = 1.0 if dtype == torch.float64 else _condition(ctx, rounded)
+    found = mismatch_message(a, ctx.expected(rounded), rtol, atol * kappa)
     if found is not None:
         cause = likely_cause(
             a, rounded.rewards, rounded.index, ctx.reference, rtol=max(1e-4, 4 * rtol * kappa)
