@@ -264,14 +264,29 @@ def _seeded(batches: st.SearchStrategy[Batch]) -> st.SearchStrategy[tuple[Batch,
     return st.tuples(batches, st.integers(0, 2**32 - 1))
 
 
-def _sigma(batch: Batch) -> np.ndarray:
-    """Population std of each element's group (from the oracle: d under PAPER)."""
-    from ..advantages import dr_grpo_advantage, grpo_advantage
+def _group_divisor(batch: Batch, expected: np.ndarray) -> np.ndarray:
+    """The divisor ``d_g`` of each element's group, read off advantages: ``|R_i - mu_g| / |A_i|``.
+
+    ``expected`` are the advantages of ``batch`` under some convention; ``R - mu`` comes from
+    the oracle (Dr. GRPO), so no formula is repeated here. 0 in silent groups; an element
+    with ``A_i = 0`` in a live group gets its group's value.
+    """
+    from ..advantages import dr_grpo_advantage
 
     c = as_numpy(dr_grpo_advantage(batch.rewards, index=batch.index))
-    a = as_numpy(grpo_advantage(batch.rewards, index=batch.index))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(a != 0, np.abs(c / np.where(a != 0, a, 1)), 0.0)
+        ratio = np.where(expected != 0, np.abs(c / np.where(expected != 0, expected, 1)), 0.0)
+    g = _groups_of(batch)
+    d = np.zeros(g.max() + 1)
+    np.maximum.at(d, g, ratio)  # one value per group
+    return d[g]
+
+
+def _sigma(batch: Batch) -> np.ndarray:
+    """Population std of each element's group (the divisor under PAPER, from the oracle)."""
+    from ..advantages import grpo_advantage
+
+    return _group_divisor(batch, as_numpy(grpo_advantage(batch.rewards, index=batch.index)))
 
 
 def _groups_of(batch: Batch) -> np.ndarray:
@@ -1145,40 +1160,22 @@ _register(
 
 # ---------------------------------------------------------------------------------
 # level 4: numerics
-def _divisor(ctx: Context, batch: Batch) -> np.ndarray:
-    """The reference's divisor ``d_g`` of each element's group, ``|R_i - mu_g| / |A_i|`` (0 if silent).
-
-    ``sigma_g`` (+ eps) for GRPO, the batch std for ``scale='batch'``, 1 for Dr. GRPO,
-    ``(G-1)/G`` for RLOO; read off the oracle, so no formula is repeated here.
-    """
-    from ..advantages import dr_grpo_advantage
-
-    c = as_numpy(dr_grpo_advantage(batch.rewards, index=batch.index))
-    a = ctx.expected(batch)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(a != 0, np.abs(c / np.where(a != 0, a, 1)), 0.0)
-    g = _groups_of(batch)
-    d = np.zeros(g.max() + 1)
-    np.maximum.at(d, g, ratio)  # one value per group; an element with A_i = 0 gives none
-    return d[g]
-
-
 def _condition(ctx: Context, batch: Batch) -> float:
     """``kappa = max_g max_{i in g} |R_i| / d_g`` over live groups (at least 1).
 
     The advantages are ``A = (R - b) / d`` with the convention's baseline ``b`` and divisor
-    ``d`` (:func:`_divisor`). Computing ``b`` in a working precision with unit roundoff
-    ``u`` errs by a few ``u max|R|`` (a group mean; or RLOO's leave-one-out
-    ``(sum_j R_j - R_i) / (G - 1)``, whose sum carries ``G |mu|`` and is rounded twice
-    more), so ``A`` errs by a few ``u max|R| / d`` absolute: the low-precision ``atol`` is
-    scaled by ``kappa``, ``rtol`` (the output's own rounding) is not, so a wrong value of
-    the size of ``A`` itself is never tolerated (an advantage clamped at 10 in a
-    Dr. GRPO group of rewards 1024 has ``kappa = 1024``). Dividing by ``sigma_g`` instead
-    of ``d_g`` under-states the error where ``d`` does not shrink with ``sigma`` (Dr. GRPO,
-    RLOO: a correct RLOO failed in bfloat16 at ``max|R| / sigma`` = 2.1, seed 44 of the
-    dev profile).
+    ``d`` (:func:`_group_divisor` of the reference's advantages). Computing ``b`` in a
+    working precision with unit roundoff ``u`` errs by a few ``u max|R|`` (a group mean; or
+    RLOO's leave-one-out ``(sum_j R_j - R_i) / (G - 1)``, whose sum carries ``G |mu|`` and
+    is rounded twice more), so ``A`` errs by a few ``u max|R| / d`` absolute: the
+    low-precision ``atol`` is scaled by ``kappa``, ``rtol`` (the output's own rounding) is
+    not, so a wrong value of the size of ``A`` itself is never tolerated (an advantage
+    clamped at 10 in a Dr. GRPO group of rewards 1024 has ``kappa = 1024``). Dividing by
+    ``sigma_g`` instead of ``d_g`` under-states the error where ``d`` does not shrink with
+    ``sigma`` (Dr. GRPO, RLOO: a correct RLOO failed in bfloat16 at ``max|R| / sigma`` =
+    2.1, seed 44 of the dev profile).
     """
-    d = _divisor(ctx, batch)
+    d = _group_divisor(batch, ctx.expected(batch))
     live = d > 0
     if not live.any():
         return 1.0
