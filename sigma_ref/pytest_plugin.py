@@ -128,6 +128,8 @@ def conformance_context(config: pytest.Config) -> Any:
                 layout=config.getoption("layout"),
                 loss=config.getoption("loss"),
                 convention=config.getoption("convention"),
+                precision=config.getoption("sigma_ref_precision", "auto") or "auto",
+                strict=bool(config.getoption("sigma_ref_strict", False)),
             )
         except (ValueError, TypeError) as exc:
             raise pytest.UsageError(f"sigma-ref: {exc}") from None
@@ -153,23 +155,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.when != "call" and not (report.when == "setup" and report.outcome != "passed")
     ):
         return report
-    from sigma_ref.conformance.session import Outcome
+    from sigma_ref.conformance.session import Outcome, recorded_outcome
 
-    name, level, required = marker.args
-    if report.skipped and hasattr(report, "wasxfail"):
-        outcome, message = "advisory", str(report.wasxfail).removeprefix("advisory: ")
-    elif report.skipped:
-        outcome = "skipped"
-        message = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
-    elif report.failed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        outcome, message = "failed", str(crash.message if crash is not None else report.longrepr)
-        message = message.removeprefix("Failed: ")
-    else:
-        outcome, message = "passed", ""
-    param = getattr(item, "callspec", None)
-    param_value = str(param.params.get("param")) if param is not None and "param" in param.params else None
-    _state(item.config)["outcomes"].append(Outcome(name, level, param_value, required, outcome, message))
+    name, level, _ = marker.args
+    outcome = recorded_outcome(item.nodeid)
+    if outcome is None:  # the property did not run to a verdict: a setup error or a crash
+        param = getattr(item, "callspec", None)
+        param_value = (
+            str(param.params.get("param")) if param is not None and "param" in param.params else None
+        )
+        if report.skipped:
+            verdict = "skip"
+            message = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        elif report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            verdict, message = "FAIL", str(crash.message if crash is not None else report.longrepr)
+        else:
+            verdict, message = "pass", ""
+        outcome = Outcome(name, level, param_value, verdict, message)
+    _state(item.config)["outcomes"].append(outcome)
     return report
 
 

@@ -7,10 +7,14 @@ Every factory is keyword-only and returns a strategy of numpy float64 arrays:
   optionally interleaved and with arbitrary integer ids (as verl's ``uid``);
 * :func:`score_vectors`: ``[N, d]`` per-response score vectors (``grad log pi``).
 
-Rewards are binary ``{0, 1}`` or multiples of ``1/4`` in ``[-low_high, low_high]``:
-exactly representable in float16 and bfloat16 too, so a low-precision test compares
-with the oracle on the very rewards the implementation saw. Groups shrink towards
-``G = min_size``, few groups, and rewards 0.
+Rewards are binary ``{0, 1}``, or by ``values``: ``"dyadic"`` multiples of ``1/4`` in
+``[-bound, bound]`` (exactly representable in float16 and bfloat16 too, so a
+low-precision test compares with the oracle on the very rewards the implementation saw),
+``"continuous"`` floats in ``[-bound, bound]`` (not representable in float32),
+``"offset"`` ill-conditioned groups ``c + s u`` (an offset ``c`` in ``{5, -3, 100, 1e4}``
+and a spread ``s`` in ``{1e-3, 1e-2, 1}``: near-equal rewards whose statistics cancel in
+low precision), or ``"mixed"`` (each group one of the three). Silent groups always take
+a dyadic value. Groups shrink towards ``G = min_size``, few groups, dyadic rewards and 0.
 
 >>> from hypothesis import find
 >>> r = find(reward_groups(binary=True, min_groups=2, silent="never"), lambda r: True)
@@ -26,7 +30,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-__all__ = ["reward_values", "reward_groups", "ragged_batches", "score_vectors"]
+__all__ = ["reward_values", "reward_groups", "ragged_batches", "score_vectors", "VALUES"]
+
+#: The kinds of reward values the group strategies draw (module doc).
+VALUES: tuple[str, ...] = ("dyadic", "continuous", "offset", "mixed")
 
 
 def _check_range(name_lo: str, lo: int, name_hi: str, hi: int, minimum: int) -> None:
@@ -51,8 +58,26 @@ def reward_values(*, binary: bool = False, bound: float = 10.0) -> st.SearchStra
     return st.integers(-n, n).map(lambda i: i / 4)
 
 
-def _group(size: int, *, binary: bool, bound: float, silent: str) -> st.SearchStrategy[list[float]]:
-    values = st.lists(reward_values(binary=binary, bound=bound), min_size=size, max_size=size)
+def _values(size: int, *, binary: bool, bound: float, values: str) -> st.SearchStrategy[list[float]]:
+    """``size`` rewards of one group, of the kind ``values`` (module doc)."""
+    if binary or values == "dyadic":
+        return st.lists(reward_values(binary=binary, bound=bound), min_size=size, max_size=size)
+    if values == "continuous":
+        x = st.floats(-bound, bound, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+        return st.lists(x, min_size=size, max_size=size)
+    if values == "offset":
+        u = st.lists(st.floats(0.0, 1.0, allow_subnormal=False), min_size=size, max_size=size)
+        return st.tuples(st.sampled_from([5.0, -3.0, 100.0, 1e4]), st.sampled_from([1e-3, 1e-2, 1.0]), u).map(
+            lambda t: [t[0] + t[1] * x for x in t[2]]
+        )
+    kinds = [_values(size, binary=False, bound=bound, values=v) for v in ("dyadic", "continuous", "offset")]
+    return st.one_of(kinds)
+
+
+def _group(
+    size: int, *, binary: bool, bound: float, silent: str, values: str = "dyadic"
+) -> st.SearchStrategy[list[float]]:
+    drawn = _values(size, binary=binary, bound=bound, values=values)
     if silent == "never":
 
         def live(v: list[float]) -> list[float]:
@@ -60,10 +85,15 @@ def _group(size: int, *, binary: bool, bound: float, silent: str) -> st.SearchSt
                 v = [1.0 - v[0] if binary else v[0] + 0.25, *v[1:]]
             return v
 
-        return values.map(live)
+        return drawn.map(live)
     if silent == "always":
         return reward_values(binary=binary, bound=bound).map(lambda x: [x] * size)
-    return st.one_of(values, reward_values(binary=binary, bound=bound).map(lambda x: [x] * size))
+    return st.one_of(drawn, reward_values(binary=binary, bound=bound).map(lambda x: [x] * size))
+
+
+def _check_values(values: str) -> None:
+    if values not in VALUES:
+        raise ValueError(f"values={values!r} must be one of {VALUES}")
 
 
 def reward_groups(
@@ -75,11 +105,13 @@ def reward_groups(
     binary: bool = False,
     bound: float = 10.0,
     silent: str = "sometimes",
+    values: str = "dyadic",
 ) -> st.SearchStrategy[np.ndarray]:
     """``[B, G]`` rewards: ``B`` in ``[min_groups, max_groups]``, ``G`` in ``[min_size, max_size]``.
 
     ``silent``: ``"sometimes"`` (a group may have all rewards equal), ``"never"`` (every
-    group has two different rewards) or ``"always"``.
+    group has two different rewards) or ``"always"``. ``values``: the kind of rewards
+    (module doc: dyadic, continuous, offset or mixed).
 
     >>> from hypothesis import find
     >>> r = find(reward_groups(silent="always"), lambda r: True)
@@ -90,12 +122,13 @@ def reward_groups(
     _check_range("min_size", min_size, "max_size", max_size, 1)
     if silent not in ("sometimes", "never", "always"):
         raise ValueError(f"silent={silent!r} must be 'sometimes', 'never' or 'always'")
+    _check_values(values)
 
     @st.composite
     def build(draw: st.DrawFn) -> np.ndarray:
         G = draw(st.integers(min_size, max_size))
         B = draw(st.integers(min_groups, max_groups))
-        rows = [draw(_group(G, binary=binary, bound=bound, silent=silent)) for _ in range(B)]
+        rows = [draw(_group(G, binary=binary, bound=bound, silent=silent, values=values)) for _ in range(B)]
         return np.array(rows, dtype=np.float64)
 
     return build()
@@ -111,11 +144,16 @@ def ragged_batches(
     bound: float = 10.0,
     silent: str = "sometimes",
     interleaved: bool = True,
+    values: str = "dyadic",
+    ids: str = "int",
 ) -> st.SearchStrategy[tuple[np.ndarray, np.ndarray]]:
     """``(rewards [N], index [N])``: groups of sizes in ``[min_size, max_size]``, by id.
 
-    Ids are distinct integers in arbitrary order (not ``0..B-1``); with ``interleaved``
-    the responses of the groups are shuffled together, as in a verl batch.
+    Ids are distinct integers in arbitrary order (not ``0..B-1``), or with ``ids="str"``
+    uuid-like hex strings (an object array, as verl's ``uid``) whose sorted order differs
+    from their first-seen order whenever it can; with ``interleaved`` the responses of
+    the groups are shuffled together, as in a verl batch. ``values`` as for
+    :func:`reward_groups`.
 
     >>> from hypothesis import find
     >>> r, i = find(ragged_batches(min_groups=2), lambda b: len(set(b[1].tolist())) == 2)
@@ -124,24 +162,34 @@ def ragged_batches(
     """
     _check_range("min_groups", min_groups, "max_groups", max_groups, 1)
     _check_range("min_size", min_size, "max_size", max_size, 1)
+    _check_values(values)
+    if ids not in ("int", "str"):
+        raise ValueError(f"ids={ids!r} must be 'int' or 'str'")
 
     @st.composite
     def build(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
         B = draw(st.integers(min_groups, max_groups))
-        ids = draw(st.lists(st.integers(0, 10**6), min_size=B, max_size=B, unique=True))
+        gids = draw(st.lists(st.integers(0, 10**6), min_size=B, max_size=B, unique=True))
         rewards: list[float] = []
         index: list[int] = []
-        for gid in ids:
+        for gid in gids:
             size = draw(st.integers(min_size, max_size))
-            rewards += draw(_group(size, binary=binary, bound=bound, silent=silent))
+            rewards += draw(_group(size, binary=binary, bound=bound, silent=silent, values=values))
             index += [gid] * size
         r, i = np.array(rewards, dtype=np.float64), np.array(index, dtype=np.int64)
         if interleaved:
             perm = np.array(draw(st.permutations(range(len(r)))), dtype=np.int64)
             r, i = r[perm], i[perm]
+        if ids == "str":
+            return r, np.array([_uid(int(x)) for x in i], dtype=object)
         return r, i
 
     return build()
+
+
+def _uid(x: int) -> str:
+    """A uuid-like hex id of ``x`` whose order is unrelated to the order of ``x``."""
+    return f"{(x * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64:016x}-{x:x}"
 
 
 def score_vectors(*, n: int, dim: int = 3, bound: float = 4.0) -> st.SearchStrategy[np.ndarray]:

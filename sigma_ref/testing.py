@@ -70,9 +70,13 @@ def _flat64(x: Any, name: str) -> np.ndarray:
 
 
 def mismatch_message(
-    actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float
+    actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float | np.ndarray
 ) -> tuple[str, np.ndarray] | None:
-    """``None`` if close, else a message naming counts and the worst index, and the mask."""
+    """``None`` if close, else a message naming counts and the worst index, and the mask.
+
+    ``atol`` may be one number or one tolerance per element (the conformance suite's
+    working-precision bound); the message then states the tolerance at the worst index.
+    """
     with np.errstate(invalid="ignore"):
         ok = np.abs(actual - expected) <= atol + rtol * np.abs(expected)
     ok &= np.isfinite(actual) | (actual == expected)
@@ -82,10 +86,16 @@ def mismatch_message(
     diff = np.where(np.isfinite(actual), np.abs(actual - expected), np.inf)
     worst = int(np.argmax(np.where(bad, diff, -1.0)))
     n_bad = int(bad.sum())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = diff[worst] / abs(expected[worst]) if expected[worst] != 0 else np.inf
+    if np.ndim(atol) > 0:
+        bound = f"tolerance {np.asarray(atol)[worst] + rtol * abs(expected[worst]):.2g} there"
+    else:
+        bound = f"rtol={rtol:g}, atol={atol:g}"
     msg = (
         f"{n_bad} / {actual.size} advantages mismatched ({100 * n_bad / actual.size:.1f}%); "
-        f"greatest difference {diff[worst]:.3g} at index {worst}: actual={actual[worst]:.8g}, "
-        f"but should be {expected[worst]:.8g} (rtol={rtol:g}, atol={atol:g})"
+        f"greatest difference {diff[worst]:.3g} (relative {rel:.3g}) at index {worst}: "
+        f"actual={actual[worst]:.8g}, but should be {expected[worst]:.8g} ({bound})"
     )
     return msg, bad
 

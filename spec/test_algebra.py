@@ -60,3 +60,10 @@ def test_interleaved_groups(sigma_ctx: Context, sigma_seed: int | None) -> None:
     ids.
     """
     check_in_pytest(sigma_ctx, "interleaved_groups", seed=sigma_seed)
+
+
+def test_partial_trailing_group(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """With N rewards not a multiple of G, a contiguous implementation raises, or treats the trailing N mod G
+    responses as a group of their own; it never returns values computed from missing or padded entries.
+    """
+    check_in_pytest(sigma_ctx, "partial_trailing_group", seed=sigma_seed)

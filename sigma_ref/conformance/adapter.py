@@ -111,7 +111,8 @@ class Adapter:
     :class:`~sigma_ref.Convention`, or ``"rloo"``), or ``None`` to detect it from probes.
     ``dtypes`` / ``devices``: what the implementation supports (the numerics checks skip
     the rest); ``ragged``: whether groups of different sizes may be mixed (``index``
-    layout only). ``name``: how reports name it.
+    layout only). ``precision``: the precision its statistics are computed in
+    (``float64``, ``float32``, ...), or ``None`` to detect it. ``name``: how reports name it.
 
     >>> import torch
     >>> def adv(rewards, group_size):
@@ -131,6 +132,7 @@ class Adapter:
     devices: Sequence[str] = ("cpu", "cuda")
     ragged: bool | None = None
     name: str = ""
+    precision: str | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.advantages):
@@ -147,6 +149,10 @@ class Adapter:
         bad = [d for d in self.dtypes if d not in ALL_DTYPES]
         if bad:
             raise ValueError(f"Adapter dtypes has {bad}; choose from {ALL_DTYPES}")
+        if self.precision is not None and self.precision not in ALL_DTYPES:
+            raise ValueError(
+                f"Adapter precision={self.precision!r} must be one of {ALL_DTYPES} or None (detect it)"
+            )
         if self.ragged is None:
             object.__setattr__(self, "ragged", self.layout == "index")
         if self.ragged and self.layout != "index":

@@ -32,6 +32,7 @@ import numpy as np
 from ..advantages import dr_grpo_advantage, grpo_advantage, rloo_advantage
 from ..conventions import PAPER, PRESETS, Convention
 from .adapter import Adapter, Batch
+from .precision import precision_from_residual
 from .reference import Reference, as_numpy, reference_for
 
 __all__ = ["Detection", "detect_convention"]
@@ -61,17 +62,24 @@ class Detection:
     silent: str
     singleton: str
     notes: tuple[str, ...]
+    precision: str = "float64"
+    residual: float = 0.0
+    silent_below: float = 0.0
 
     @property
     def reference(self) -> Reference:
         """The behaviour to test against: the preset, the detected convention, or PAPER."""
         if self.preset is not None:
-            return reference_for(self.preset)
-        if self.convention is not None:
-            return Reference("detected", self.convention)
-        if self.family == "rloo":
-            return reference_for("rloo")
-        return reference_for(self.nearest or PAPER.name)
+            ref = reference_for(self.preset)
+        elif self.convention is not None:
+            ref = Reference("detected", self.convention)
+        elif self.family == "rloo":
+            ref = reference_for("rloo")
+        else:
+            ref = reference_for(self.nearest or PAPER.name)
+        if self.silent_below > 0:
+            ref = dataclasses.replace(ref, silent_below=self.silent_below)
+        return ref
 
     def fields(self) -> str:
         """The detected fields in one phrase."""
@@ -85,7 +93,10 @@ class Detection:
         else:
             eps = "eps=0" if c.eps == 0 else f"eps={c.eps:g} ({c.eps_placement})"
             d = f"ddof={c.ddof}, {eps}, scale={c.scale}"
-        return f"{d}, singleton={self.singleton}, silent={self.silent}"
+        text = f"{d}, singleton={self.singleton}, silent={self.silent}"
+        if self.silent_below > 0:
+            text += f", spread filter std < {self.silent_below:.2g}"
+        return text
 
     def summary(self) -> str:
         """One line: the matching preset and the fields, or "no known convention"."""
@@ -111,17 +122,22 @@ class Detection:
             "silent": self.silent,
             "singleton": self.singleton,
             "notes": list(self.notes),
+            "precision": self.precision,
+            "residual": self.residual,
+            "silent_below": self.silent_below,
         }
 
 
 def _call(adapter: Adapter, batch: Batch) -> np.ndarray | None:
-    """Advantages of a probe as float64 numpy, or ``None`` if the call raised."""
+    """Advantages of a probe as float64 numpy, or ``None`` if the call raised or returned
+    something that is not ``N`` numbers."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return adapter(batch).numpy()
+            out = adapter(batch).numpy()
     except Exception:
         return None
+    return out if out.shape == (batch.n,) else None
 
 
 def _divisors(c: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -212,30 +228,81 @@ def _nice(x: float) -> float:
     return float(f"{x:.2g}")
 
 
-def _eps(adapter: Adapter, ddof: int, scale: str, notes: list[str]) -> tuple[float, str]:
-    """Eps and its placement from the tiny-std and std = 10 eps probes."""
-    base = PAPER.replace(ddof=ddof, scale=scale)
-    R = np.array([[_TINY, 0.0, 0.0, 0.0]])
+def _probe_divisor(adapter: Adapter, t: float, base: Convention) -> tuple[float, float] | None:
+    """``(d, std)`` of the probe ``[[t, 0, 0, 0]]``: the implementation's divisor and the
+    group std under ``base``; ``None`` when the advantages are 0, non-finite or missing."""
+    R = np.array([[t, 0.0, 0.0, 0.0]])
     a = _call(adapter, Batch.grouped(R))
     if a is None or not np.isfinite(a).all() or not (a != 0).any():
-        notes.append(f"tiny-std probe [[{_TINY:g},0,0,0]] gave {None if a is None else a.tolist()}")
-        return 0.0, "add"
-    c = as_numpy(dr_grpo_advantage(R))
-    d = float(_divisors(c, a.reshape(R.shape))[0])
-    std = float(_oracle_divisors(R, base)[0])
+        return None
+    d = float(_divisors(as_numpy(dr_grpo_advantage(R)), a.reshape(R.shape))[0])
+    return d, float(_oracle_divisors(R, base)[0])
+
+
+def _spread_filter(adapter: Adapter, base: Convention, notes: list[str]) -> tuple[float, float] | None:
+    """``(threshold std, probe reward)`` of a filter that zeroes groups of small spread.
+
+    The tiny-std probe got 0: scan ``t = 1e-12 .. 0.1`` for the first live group, then
+    bisect (in log space, 40 steps) between the last silent and the first live ``t``.
+    """
+    live = next((t for t in 10.0 ** np.arange(-12, 0) if _probe_divisor(adapter, t, base)), None)
+    if live is None:
+        return None
+    lo, hi = live / 10, live
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        if _probe_divisor(adapter, mid, base) is None:
+            lo = mid
+        else:
+            hi = mid
+    std = float(_oracle_divisors(np.array([[hi, 0.0, 0.0, 0.0]]), base.replace(eps=0.0))[0])
+    notes.append(
+        f"groups whose std is below {std:.3g} get advantage 0 (a spread filter): such groups are "
+        "treated as silent"
+    )
+    return std, hi
+
+
+def _eps(adapter: Adapter, ddof: int, scale: str, notes: list[str]) -> tuple[float, str, float]:
+    """Eps, its placement and a spread filter's threshold, from the tiny-std probes.
+
+    A group of std ``4e-13`` measures eps as ``d - std``. Where the implementation returns 0
+    for it (a spread filter such as ``std < 1e-4``), the filter's threshold is bracketed
+    first and eps is measured at twice the threshold.
+    """
+    base = PAPER.replace(ddof=ddof, scale=scale)
+    silent_below = 0.0
+    t = _TINY
+    found = _probe_divisor(adapter, t, base)
+    if found is None:
+        spread = _spread_filter(adapter, base, notes)
+        if spread is None:
+            notes.append(f"tiny-std probe [[{_TINY:g},0,0,0]] and every spread up to 0.1 gave 0 or failed")
+            return 0.0, "add", 0.0
+        silent_below, t = spread
+        t *= 2
+        found = _probe_divisor(adapter, t, base)
+        if found is None:
+            return 0.0, "add", silent_below
+    d, std = found
     if _close(d, std, 1e-3):
-        return 0.0, "add"
+        return 0.0, "add", silent_below
     if not d > std:
         notes.append(f"tiny-std probe: d = {d:.3g} is below the group std {std:.3g} (imprecise statistics)")
-        return 0.0, "add"
+        return 0.0, "add", silent_below
     eps = _nice(d - std)
     # a group whose std is 10 eps: d = 11 eps (add) or 10 eps (floor)
     unit = float(_oracle_divisors(np.array([[1.0, 0.0, 0.0, 0.0]]), base)[0])
+    if 10 * eps < 1.5 * silent_below:
+        notes.append(
+            "eps is below the spread filter's threshold: its placement cannot be probed; assuming add"
+        )
+        return eps, "add", silent_below
     R10 = np.array([[10 * eps / unit, 0.0, 0.0, 0.0]])
     a10 = _call(adapter, Batch.grouped(R10))
-    if a10 is None or not np.isfinite(a10).all():
+    if a10 is None or not np.isfinite(a10).all() or not (a10 != 0).any():
         notes.append("placement probe failed; assuming eps is added")
-        return eps, "add"
+        return eps, "add", silent_below
     d10 = float(_divisors(as_numpy(dr_grpo_advantage(R10)), a10.reshape(R10.shape))[0])
     if abs(d10 / eps - math.sqrt(101)) < 0.005:  # d = sqrt(std^2 + eps^2)
         notes.append(f"d = sqrt(var + {eps * eps:.2g}) fits the probes: eps is inside the sqrt")
@@ -244,7 +311,36 @@ def _eps(adapter: Adapter, ddof: int, scale: str, notes: list[str]) -> tuple[flo
         notes.append(
             f"d = {d10 / eps:.4g} eps for a group with std = 10 eps: neither std + eps nor max(std, eps)"
         )
-    return eps, placement
+    if placement == "floor":  # d = max(std, eps) = eps on the tiny-std probe
+        eps = _nice(d)
+    return eps, placement, silent_below
+
+
+#: A well-conditioned probe whose rewards are not representable in float32 (nor in
+#: binary): its rounding residual tells float64 statistics from float32 ones.
+_PRECISION_PROBE = np.array([[0.1, 0.7, 0.3, 0.9], [0.35, 0.2, 0.65, 0.15]])
+
+
+def _precision(adapter: Adapter, notes: list[str]) -> tuple[str, float]:
+    """Working precision and the relative residual ``max|c - d a| / max|c|`` of the probe."""
+    R = _PRECISION_PROBE
+    a = _call(adapter, Batch.grouped(R))
+    if a is None or not np.isfinite(a).all():
+        return "float64", math.nan
+    c = as_numpy(dr_grpo_advantage(R))
+    a = a.reshape(R.shape)
+    with np.errstate(all="ignore"):
+        d = _divisors(c, a)
+        residual = float(np.max(np.abs(c - d[:, None] * a)) / np.max(np.abs(c)))
+    if not math.isfinite(residual):
+        return "float64", math.nan
+    precision = precision_from_residual(residual)
+    if precision != "float64":
+        notes.append(
+            f"statistics computed in {precision} (relative rounding residual {residual:.2g} on a "
+            "non-dyadic probe): values are judged at that precision"
+        )
+    return precision, residual
 
 
 def _singleton(adapter: Adapter, conv: Convention | None) -> str:
@@ -291,21 +387,23 @@ def detect_convention(adapter: Adapter) -> Detection:
     """
     notes: list[str] = []
     family, ddof, scale = _structure(adapter, notes)
-    silent = _behaviour(_call(adapter, Batch.grouped([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])))
-    if silent != "error":
-        a = _call(adapter, Batch.grouped([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]]))
-        silent = _behaviour(None if a is None else a[:4])
+    precision, residual = _precision(adapter, notes) if family != "unknown" else ("float64", math.nan)
+    probe = _call(adapter, Batch.grouped([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]]))
+    silent = _behaviour(None if probe is None else probe[:4])
     if silent != "zero":
         notes.append(f"a silent group [1,1,1,1] gets {silent} advantages, not 0")
+    extra = {"precision": precision, "residual": residual}
     if family == "unknown":
         singleton = _singleton(adapter, None)
-        return Detection(family, None, None, PAPER.name, ("structure",), silent, singleton, tuple(notes))
+        return Detection(
+            family, None, None, PAPER.name, ("structure",), silent, singleton, tuple(notes), **extra
+        )
     if family == "rloo":
         singleton = _singleton(adapter, None)
         preset = "rloo" if silent == "zero" else None
         differences = () if preset else ("silent groups",)
-        return Detection(family, None, preset, "rloo", differences, silent, singleton, tuple(notes))
-    eps, placement = (0.0, "add") if scale == "none" else _eps(adapter, ddof, scale, notes)
+        return Detection(family, None, preset, "rloo", differences, silent, singleton, tuple(notes), **extra)
+    eps, placement, silent_below = (0.0, "add", 0.0) if scale == "none" else _eps(adapter, ddof, scale, notes)
     conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)  # type: ignore[arg-type]
     singleton = _singleton(adapter, conv)
     if singleton in ("error", "zero", "unit_std"):
@@ -313,18 +411,31 @@ def detect_convention(adapter: Adapter) -> Detection:
     else:
         notes.append(f"a group of one response gets {singleton} advantages")
     ranked = []
-    for name, preset in PRESETS.items():
+    for order, (name, preset) in enumerate(PRESETS.items()):
         diff = _matches(conv, preset)
         if singleton not in ("error", "zero", "unit_std") and preset.singleton != "error":
+            diff = [d for d in diff if not d.startswith("singleton")]
             diff.append(f"singleton {singleton} vs {preset.singleton}")
         if silent != "zero":
             diff.append(f"silent groups {silent} vs zero")
-        # a placement difference weighs half: the eps value itself matched
-        weight = sum(0.5 if d.startswith("eps placement") else 1.0 for d in diff)
-        ranked.append((weight, name, tuple(diff)))
-    ranked.sort(key=lambda t: t[0])
-    best = ranked[0]
-    preset_name = best[1] if best[0] == 0 else None
+        # fewest differing fields first; ties go to the preset whose eps matches exactly
+        same_eps = conv.scale == "none" or math.isclose(conv.eps, preset.eps, rel_tol=0.05, abs_tol=0.0)
+        ranked.append((len(diff), 0 if same_eps else 1, order, name, tuple(diff)))
+    ranked.sort()
+    n_diff, _, _, nearest, differences = ranked[0]
+    preset_name = nearest if n_diff == 0 else None
     if preset_name is not None:
         conv = PRESETS[preset_name]
-    return Detection(family, conv, preset_name, best[1], best[2], silent, singleton, tuple(notes))
+    return Detection(
+        family,
+        conv,
+        preset_name,
+        nearest,
+        differences,
+        silent,
+        singleton,
+        tuple(notes),
+        precision=precision,
+        residual=residual,
+        silent_below=silent_below,
+    )

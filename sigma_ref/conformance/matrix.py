@@ -88,21 +88,21 @@ def adapter_module(name: str) -> types.ModuleType:
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """One level of one row: ``pass``, ``FAIL`` or ``n/a``, with the properties that failed."""
+    """One level of one row: ``pass``, ``FAIL`` or ``n/a``, the FAILs and the WARNs."""
 
     outcome: str
     failed: tuple[str, ...] = ()
-    advisory: tuple[str, ...] = ()
+    warned: tuple[str, ...] = ()
 
     def text(self) -> str:
-        """``pass``, ``FAIL a, b``, ``n/a``, with ``advisory: ...`` appended when any.
+        """``pass``, ``FAIL a, b``, ``n/a``, with ``WARN ...`` appended when any.
 
-        >>> Cell("FAIL", ("output_dtype[bfloat16, float16]",), ("singleton_groups",)).text()
-        'FAIL output_dtype[bfloat16, float16]; advisory: singleton_groups'
+        >>> Cell("pass", (), ("output_dtype[bfloat16, float16]", "singleton_groups")).text()
+        'pass; WARN output_dtype[bfloat16, float16], singleton_groups'
         """
         out = self.outcome if not self.failed else "FAIL " + ", ".join(self.failed)
-        if self.advisory:
-            out += "; advisory: " + ", ".join(self.advisory)
+        if self.warned:
+            out += "; WARN " + ", ".join(self.warned)
         return out
 
 
@@ -128,19 +128,12 @@ class Row:
             k: {
                 "outcome": c.outcome,
                 "failed": list(c.failed),
-                "advisory": list(c.advisory),
+                "warned": list(c.warned),
                 "text": c.text(),
             }
             for k, c in self.cells.items()
         }
         return d
-
-
-def _first_failure(exc: BaseException) -> BaseException:
-    """The first leaf of an exception group (hypothesis reports several bugs as one group)."""
-    while getattr(exc, "exceptions", None):  # BaseExceptionGroup (or its backport)
-        exc = exc.exceptions[0]  # type: ignore[attr-defined]
-    return exc
 
 
 def _label(name: str, param: Any) -> str:
@@ -161,41 +154,27 @@ def _compact(labels: list[str]) -> tuple[str, ...]:
 def run_adapter(adapter: Adapter, *, max_examples: int = 25) -> tuple[list[dict[str, Any]], Any]:
     """Every property on ``adapter`` under its declared convention: outcomes and the context.
 
-    Each outcome is ``{"property", "param", "level", "required", "outcome", "message"}`` with
-    ``outcome`` one of ``passed``, ``failed``, ``advisory`` (a non-required property that
-    fails), ``not applicable``. Failing inputs are not shrunk (the matrix needs the verdict;
-    ``sigma-ref check`` shrinks): the message shows the first failing input found.
+    Each outcome is ``{"property", "param", "level", "verdict", "message"}`` with ``verdict``
+    one of ``pass``, ``FAIL``, ``WARN``, ``NOTE``, ``skip`` (the suite's one runner,
+    :func:`~sigma_ref.conformance.properties.run_suite`). Failing inputs are not shrunk (the
+    matrix needs the verdict; ``sigma-ref check`` shrinks): the message shows the first
+    failing input found.
     """
-    from .properties import PROPERTIES, NotApplicable, PropertyFailure, run_property
+    from .properties import run_suite
     from .session import build_context
 
     with _matrix_profile():
         ctx = build_context(adapter)
-        results = []
-        for prop in PROPERTIES.values():
-            required = bool(prop.required(ctx))
-            for param in prop.params(ctx.adapter):
-                outcome, message = "passed", ""
-                try:
-                    run_property(prop, ctx, param, max_examples=max_examples, seed=0, shrink=False)
-                except NotApplicable as exc:
-                    outcome, message = "not applicable", str(exc)
-                except Exception as exc:
-                    leaf = _first_failure(exc)
-                    outcome = "failed" if required else "advisory"
-                    message = (
-                        str(leaf) if isinstance(leaf, PropertyFailure) else f"{type(leaf).__name__}: {leaf}"
-                    )
-                results.append(
-                    {
-                        "property": prop.name,
-                        "param": None if param is None else str(param),
-                        "level": prop.level,
-                        "required": required,
-                        "outcome": outcome,
-                        "message": message.strip().splitlines()[0] if message.strip() else "",
-                    }
-                )
+        results = [
+            {
+                "property": o.name,
+                "param": o.param,
+                "level": o.level,
+                "verdict": o.verdict,
+                "message": o.message.strip().splitlines()[0] if o.message.strip() else "",
+            }
+            for o in run_suite(ctx, max_examples=max_examples, seed=0, shrink=False)
+        ]
     return results, ctx
 
 
@@ -203,13 +182,13 @@ def _cells(results: list[dict[str, Any]]) -> dict[str, Cell]:
     cells = {}
     for level in LEVELS:
         sub = [r for r in results if r["level"] == level]
-        failed = [_label(r["property"], r["param"]) for r in sub if r["outcome"] == "failed"]
-        advisory = [_label(r["property"], r["param"]) for r in sub if r["outcome"] == "advisory"]
-        if all(r["outcome"] == "not applicable" for r in sub):
+        failed = [_label(r["property"], r["param"]) for r in sub if r["verdict"] == "FAIL"]
+        warned = [_label(r["property"], r["param"]) for r in sub if r["verdict"] == "WARN"]
+        if all(r["verdict"] in ("skip", "NOTE") for r in sub):
             outcome = "n/a"
         else:
             outcome = "FAIL" if failed else "pass"
-        cells[level] = Cell(outcome, _compact(failed), _compact(advisory))
+        cells[level] = Cell(outcome, _compact(failed), _compact(warned))
     return cells
 
 

@@ -12,9 +12,10 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..advantages import dapo_keep_mask, grpo_advantage, rloo_advantage
-from ..conventions import PRESETS, Convention, get_convention
+from ..conventions import PAPER, PRESETS, Convention, get_convention
 
 __all__ = ["Reference", "reference_for", "REFERENCE_NAMES"]
 
@@ -26,16 +27,20 @@ REFERENCE_NAMES: tuple[str, ...] = (*PRESETS, "rloo")
 class Reference:
     """Expected behaviour: GRPO under ``convention``, or RLOO when ``convention`` is ``None``.
 
-    ``family``: ``"grpo"`` (divides by a std), ``"dr_grpo"`` (``scale="none"``) or
-    ``"rloo"`` (``A = G/(G-1) (R - mu)``).
+        ``family``: ``"grpo"`` (divides by a std), ``"dr_grpo"`` (``scale="none"``) or
+        ``"rloo"`` (``A = G/(G-1) (R - mu)``).
 
-    >>> import numpy as np
-    >>> reference_for("paper").advantages(np.array([1.0, 0.0]), np.array([0, 0])).tolist()
-    [1.0, -1.0]
+        >>> import numpy as np
+    import torch
+        >>> reference_for("paper").advantages(np.array([1.0, 0.0]), np.array([0, 0])).tolist()
+        [1.0, -1.0]
     """
 
     name: str
     convention: Convention | None
+    #: A spread filter: groups whose std (the convention's ddof) is below this are
+    #: treated as silent (advantage 0), as code that drops near-constant groups does.
+    silent_below: float = 0.0
 
     @property
     def family(self) -> str:
@@ -60,10 +65,55 @@ class Reference:
         return "error" if self.convention is None else self.convention.singleton
 
     def advantages(self, rewards: Any, index: Any) -> Any:
-        """Expected advantages of flat ``rewards`` grouped by ``index`` (the oracle's)."""
+        """Expected advantages of flat ``rewards`` grouped by ``index`` (the oracle's).
+
+        Under a spread filter (``silent_below > 0``) the groups below it get 0.
+        """
         if self.convention is None:
-            return rloo_advantage(rewards, index=index)
-        return grpo_advantage(rewards, convention=self.convention, index=index)
+            out = rloo_advantage(rewards, index=index)
+        else:
+            out = grpo_advantage(rewards, convention=self.convention, index=index)
+        if self.silent_below > 0:
+            out = np.where(self.filtered(rewards, index), 0.0, as_numpy(out))
+        return out
+
+    def statistics(self, rewards: Any, index: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(group, divisor, std)`` per element: group number ``0..B-1``, ``d`` (0 in silent
+        groups) and the group std with the convention's ddof, from the oracle."""
+        from ..advantages import _prepare, group_statistics
+
+        conv = PAPER if self.convention is None else self.convention
+        flat, groups, _ = _prepare(np.asarray(rewards, dtype=np.float64), np.asarray(index), -1)
+        stats = group_statistics(flat, groups, conv.replace(singleton="zero"))
+        inv = groups.inverse
+        sizes = groups.sizes.to(flat.dtype)
+        if self.convention is None:  # RLOO: A = (R - mu) / ((G - 1) / G)
+            d = torch.where(sizes > 1, (sizes - 1) / sizes, torch.ones_like(sizes))
+        else:
+            d = stats.divisor
+        d = torch.where(stats.silent & (sizes > 1), torch.zeros_like(d), d)
+        dof = torch.clamp(sizes - conv.ddof, min=1)
+        std = stats.sigma * torch.sqrt(sizes / dof)
+        return (
+            inv.cpu().numpy(),
+            d[inv].cpu().numpy(),
+            std[inv].cpu().numpy(),
+        )
+
+    def filtered(self, rewards: Any, index: Any) -> np.ndarray:
+        """Elements of groups a spread filter treats as silent (``std < silent_below``)."""
+        if self.silent_below <= 0:
+            return np.zeros(np.shape(rewards), dtype=bool)
+        _, _, std = self.statistics(rewards, index)
+        return std < self.silent_below
+
+    def ambiguous(self, rewards: Any, index: Any) -> np.ndarray:
+        """Elements of groups whose std is within a factor 1.5 of a spread filter's
+        threshold: the probes bracket the threshold, not the filter's own std formula."""
+        if self.silent_below <= 0:
+            return np.zeros(np.shape(rewards), dtype=bool)
+        _, _, std = self.statistics(rewards, index)
+        return (std > self.silent_below / 1.5) & (std < self.silent_below * 1.5)
 
     def keep_mask(self, rewards: Any, index: Any) -> Any:
         """DAPO's keep mask (the oracle's ``dapo_keep_mask``)."""
@@ -72,8 +122,12 @@ class Reference:
     def describe(self) -> str:
         """One line: the name and what ``d`` is."""
         if self.convention is None:
-            return "rloo: A = R - mean of the other responses = G/(G-1) (R - mean)"
-        return self.convention.describe()
+            text = "rloo: A = R - mean of the other responses = G/(G-1) (R - mean)"
+        else:
+            text = self.convention.describe()
+        if self.silent_below > 0:
+            text += f"; groups with std < {self.silent_below:.2g} treated as silent (spread filter)"
+        return text
 
 
 def reference_for(convention: Convention | str | Reference) -> Reference:

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 from typing import Any
 
 from .adapter import Adapter, load_adapter, oracle_adapter
 from .detect import Detection, detect_convention
 from .losses import make_policy_loss
-from .properties import LEVELS, PROPERTIES, Context, NotApplicable, PropertyFailure, run_property
+from .precision import PRECISIONS
+from .properties import LEVELS, PROPERTIES, Context, Outcome, evaluate
 from .reference import REFERENCE_NAMES, reference_for
 
-__all__ = ["build_context", "Outcome", "summary", "report_dict", "check_in_pytest"]
+__all__ = ["build_context", "Outcome", "summary", "report_dict", "check_in_pytest", "recorded_outcome"]
+
+#: The columns of the summary, in order.
+_COUNTED: tuple[str, ...] = ("pass", "FAIL", "WARN", "NOTE", "skip")
 
 
 def build_context(
@@ -24,13 +29,17 @@ def build_context(
     layout: str | None = None,
     loss: str | None = None,
     convention: str = "auto",
+    precision: str = "auto",
+    strict: bool = False,
 ) -> Context:
     """The context for a run: the adapter, what it should compute, and the detection.
 
     ``impl``: ``pkg.module:attr`` of a function or an :class:`Adapter`, or an
     :class:`Adapter` itself; ``None`` tests the oracle itself (PAPER, index layout, the
     token-mean reference loss). ``convention="auto"`` uses the adapter's declared convention if it has one,
-    else the detected one; a name (a preset or ``rloo``) fixes it.
+    else the detected one; a name (a preset or ``rloo``) fixes it. ``precision="auto"``
+    uses the adapter's declared working precision, else the detected one (``float64`` or
+    ``float32``). ``strict``: WARN verdicts count as FAIL.
     """
     if impl is None:
         adapter: Adapter = oracle_adapter("paper", layout=layout or "index").replace(
@@ -42,48 +51,47 @@ def build_context(
         adapter = load_adapter(impl, layout=layout, loss=loss)
     if convention != "auto" and convention.lower() not in REFERENCE_NAMES:
         raise ValueError(f"--convention {convention!r} must be 'auto' or one of {', '.join(REFERENCE_NAMES)}")
+    if precision != "auto" and precision not in PRECISIONS:
+        raise ValueError(f"--precision {precision!r} must be 'auto' or one of {', '.join(PRECISIONS)}")
     detection = detect_convention(adapter)
+    if precision == "auto":
+        precision = adapter.precision or detection.precision
     declared: Any = convention if convention != "auto" else adapter.convention
     if declared is not None:
         ref = reference_for(declared)
-        return Context(adapter, ref, detection, ref.name)
-    return Context(adapter, detection.reference, detection, None)
+        if detection.silent_below > 0:
+            ref = dataclasses.replace(ref, silent_below=detection.silent_below)
+        return Context(adapter, ref, detection, ref.name, precision=precision, strict=strict)
+    return Context(adapter, detection.reference, detection, None, precision=precision, strict=strict)
 
 
-@dataclasses.dataclass
-class Outcome:
-    """One property's result in a run."""
+_RECORDED: dict[str, Outcome] = {}
 
-    name: str
-    level: str
-    param: str | None
-    required: bool
-    outcome: str  # passed, failed, advisory, skipped
-    message: str = ""
 
-    @property
-    def label(self) -> str:
-        """``test_name[param]``."""
-        return f"test_{self.name}" + (f"[{self.param}]" if self.param else "")
+def _current_test() -> str:
+    """The running test's node id (pytest sets ``PYTEST_CURRENT_TEST`` to ``"<nodeid> (call)"``)."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+
+
+def recorded_outcome(nodeid: str) -> Outcome | None:
+    """The outcome :func:`check_in_pytest` recorded for ``nodeid`` (removed on reading)."""
+    return _RECORDED.pop(nodeid, None)
 
 
 def check_in_pytest(ctx: Context, name: str, param: Any = None, seed: int | None = None) -> None:
-    """Run property ``name`` inside a pytest test: skip, xfail (advisory) or fail with the message."""
+    """Run property ``name`` inside a pytest test: skip, fail on FAIL, pass on WARN and NOTE.
+
+    The outcome (with its class) is recorded for the plugin's summary and report.
+    """
     import pytest
 
     __tracebackhide__ = True
-    prop = PROPERTIES[name]
-    try:
-        run_property(prop, ctx, param, seed=seed)
-    except NotApplicable as exc:
-        pytest.skip(f"not applicable: {exc}")
-    except PropertyFailure as exc:
-        msg = str(exc)
-        notes = [n for n in getattr(exc, "__notes__", []) if n.strip()]
-        if notes:
-            msg += "\n" + "\n".join(notes)
-        if not prop.required(ctx):
-            pytest.xfail(f"advisory: {msg}")
+    outcome = evaluate(PROPERTIES[name], ctx, param, seed=seed)
+    _RECORDED[_current_test()] = outcome
+    if outcome.verdict == "skip":
+        pytest.skip(f"not applicable: {outcome.message}")
+    if outcome.verdict == "FAIL":
+        msg = outcome.message
         if seed is not None:
             msg += f"\nreproduce with --hypothesis-seed={seed}"
         pytest.fail(msg, pytrace=False)
@@ -94,22 +102,24 @@ def new_seed() -> int:
     return random.SystemRandom().randrange(2**32)
 
 
-def _short(message: str, width: int = 150) -> str:
-    """The likely cause if the message names one, else its start."""
+def _short(message: str, width: int = 160) -> str:
+    """The confirmed cause if the message names one, else its start."""
     text = " ".join(message.split())
-    if "Likely cause: " in text:
-        text = "cause: " + text.split("Likely cause: ", 1)[1]
+    marker = "Likely cause (confirmed by a probe): "
+    if marker in text:
+        text = "cause: " + text.split(marker, 1)[1]
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _conformant(outcomes: list[Outcome]) -> bool:
-    return not any(o.outcome == "failed" for o in outcomes)
+def conformant(outcomes: list[Outcome]) -> bool:
+    """No FAIL among the outcomes (WARN and NOTE do not count)."""
+    return not any(o.verdict == "FAIL" for o in outcomes)
 
 
 def report_dict(
     ctx: Context, outcomes: list[Outcome], *, seed: int | None, profile: str, seconds: float
 ) -> dict[str, Any]:
-    """The JSON report: implementation, convention, one entry per property."""
+    """The JSON report: implementation, convention, precision, one entry per property."""
     det: Detection | None = ctx.detection
     return {
         "implementation": ctx.adapter.name,
@@ -121,19 +131,19 @@ def report_dict(
             "declared": ctx.declared,
             "detected": det.to_dict() if det else None,
         },
+        "precision": ctx.precision,
+        "strict": ctx.strict,
         "hypothesis": {"profile": profile, "seed": seed},
-        "conformant": _conformant(outcomes),
-        "counts": {
-            k: sum(o.outcome == k for o in outcomes) for k in ("passed", "failed", "advisory", "skipped")
-        },
+        "conformant": conformant(outcomes),
+        "counts": {k: sum(o.verdict == k for o in outcomes) for k in _COUNTED},
         "seconds": round(seconds, 2),
         "properties": [
             {
                 "test": o.label,
                 "level": o.level,
-                "required": o.required,
-                "outcome": o.outcome,
+                "verdict": o.verdict,
                 "message": o.message,
+                "finding": dataclasses.asdict(o.finding) if o.finding is not None else None,
             }
             for o in outcomes
         ],
@@ -141,7 +151,8 @@ def report_dict(
 
 
 def summary(ctx: Context, outcomes: list[Outcome], *, seed: int | None, profile: str, seconds: float) -> str:
-    """The one-screen summary."""
+    """The one-screen summary: convention, precision, a table of verdicts per level, each FAIL,
+    WARN and NOTE in a line, and the result."""
     det = ctx.detection
     lines = [
         f"sigma-ref conformance: {ctx.adapter.name} (layout {ctx.adapter.layout}, "
@@ -153,30 +164,32 @@ def summary(ctx: Context, outcomes: list[Outcome], *, seed: int | None, profile:
             lines.append(f"detected:   {det.summary()}")
     elif det is not None:
         lines.append(f"convention: {det.summary()} [detected]")
+    declared_precision = ctx.adapter.precision is not None
+    lines.append(f"precision:  {ctx.precision} [{'declared' if declared_precision else 'detected'}]")
     seed_text = "derandomized" if seed is None else f"seed {seed} (reproduce: --hypothesis-seed={seed})"
     lines.append(f"hypothesis: profile {profile}, {seed_text}; {seconds:.1f} s")
-    lines.append(f"{'level':<10} {'passed':>6} {'failed':>6} {'advisory':>8} {'skipped':>7}")
+    lines.append(f"{'level':<10} " + " ".join(f"{k:>5}" for k in _COUNTED))
     for level in LEVELS:
         sub = [o for o in outcomes if o.level == level]
-        if not sub:
-            continue
-        c = {k: sum(o.outcome == k for o in sub) for k in ("passed", "failed", "advisory", "skipped")}
-        lines.append(f"{level:<10} {c['passed']:>6} {c['failed']:>6} {c['advisory']:>8} {c['skipped']:>7}")
-    for o in outcomes:
-        if o.outcome in ("failed", "advisory"):
-            tag = "FAILED  " if o.outcome == "failed" else "ADVISORY"
-            lines.append(f"{tag} {o.label}: {_short(o.message)}")
-    first = next((o for o in outcomes if o.outcome == "failed"), None)
+        if sub:
+            lines.append(
+                f"{level:<10} " + " ".join(f"{sum(o.verdict == k for o in sub):>5}" for k in _COUNTED)
+            )
+    for verdict in ("FAIL", "WARN", "NOTE"):
+        lines += [f"{verdict:<4} {o.label}: {_short(o.message)}" for o in outcomes if o.verdict == verdict]
+    first = next((o for o in outcomes if o.verdict == "FAIL"), None)
     if first is not None:
         text = " ".join(first.message.split())
         lines.append(f"first failure, {first.label}: {text[:600]}")
-    n_fail = sum(o.outcome == "failed" for o in outcomes)
-    if _conformant(outcomes):
-        lines.append(f"result: CONFORMANT ({sum(o.outcome == 'passed' for o in outcomes)} properties pass)")
-    else:
+    n_fail = sum(o.verdict == "FAIL" for o in outcomes)
+    n_warn = sum(o.verdict == "WARN" for o in outcomes)
+    warn = f", {n_warn} WARN" if n_warn else ""
+    if conformant(outcomes):
         lines.append(
-            f"result: NOT CONFORMANT ({n_fail} required propert{'y' if n_fail == 1 else 'ies'} fail)"
+            f"result: CONFORMANT ({sum(o.verdict == 'pass' for o in outcomes)} properties pass{warn})"
         )
+    else:
+        lines.append(f"result: NOT CONFORMANT ({n_fail} FAIL{warn})")
     return "\n".join(lines)
 
 

@@ -187,7 +187,12 @@ def loss_detached_ratio(
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """A wrong implementation: how to call it, what it meant, and what must fail."""
+    """A wrong implementation: how to call it, what it meant, and what must fail.
+
+    ``verdict``: FAIL for a bug that changes training; WARN for hygiene (a float32 result
+    for float64 rewards, advantages still attached to a graph), which the suite reports
+    without failing the run.
+    """
 
     name: str
     fn: Callable
@@ -197,6 +202,7 @@ class Case:
     says: str  # words the failure message must contain
     loss: Callable | None = None
     keep_mask: Callable | None = None
+    verdict: str = "FAIL"
 
     @property
     def target(self) -> str:
@@ -224,7 +230,13 @@ WRONG = [
         "(G-1)/G too small",
     ),
     Case(
-        "grad_flow", grad_flow, "contiguous", "paper", "output_detached", "gradient flows into the advantages"
+        "grad_flow",
+        grad_flow,
+        "contiguous",
+        "paper",
+        "output_detached",
+        "gradient flows into the advantages",
+        verdict="WARN",
     ),
     Case("dropped_last_group", dropped_last_group, "contiguous", "paper", "advantage_values", "last group"),
     Case("half_overflow", half_overflow, "contiguous", "paper", "half_precision_range", "overflows"),
@@ -233,7 +245,7 @@ WRONG = [
         "batch_mean_centering", batch_mean_centering, "contiguous", "paper", "group_centering", "batch mean"
     ),
     Case("sign_flip", sign_flip, "contiguous", "paper", "advantage_values", "wrong sign"),
-    Case("float32_downcast", float32_downcast, "contiguous", "paper", "output_dtype", "cast"),
+    Case("float32_downcast", float32_downcast, "contiguous", "paper", "output_dtype", "cast", verdict="WARN"),
     Case("tie_break_noise", tie_break_noise, "contiguous", "paper", "deterministic", "randomness"),
     Case("singleton_nan", singleton_nan, "contiguous", "trl", "singleton_groups", "group of one"),
     Case(

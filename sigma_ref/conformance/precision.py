@@ -1,0 +1,136 @@
+"""Working precision and the tolerances derived from it (docs/spec.md, "Tolerances").
+
+An implementation is judged at the precision it computes in, not at float64's. For
+advantages ``A = (R - b) / d`` (baseline ``b``, divisor ``d`` of the convention) computed
+by a numerically stable algorithm (two-pass or compensated statistics, pairwise or
+cascaded summation, as ``torch.mean``/``torch.std`` do) in a working precision with unit
+roundoff ``u``:
+
+* rounding the rewards to the working precision moves each ``R_i`` by ``<= u |R_i|``;
+* the group mean errs by ``<= (1 + log2 G) u max|R|`` (pairwise summation), so each
+  centred value ``R_i - b`` errs by ``<= (2 + log2 G) u max|R|``;
+* ``d`` is a std (plus eps) of those centred values; its absolute error is bounded by the
+  same ``(2 + log2 G) u max|R|`` plus ``O(u) d``, so its relative error is ``<= (2 + log2 G)
+  u kappa`` with ``kappa = max_g |R| / d``;
+* the quotient adds ``u |A|``; casting the result to the output dtype adds ``u_out |A|``.
+
+Altogether ``|A_i - A*_i| <= c (2 + log2 G) u kappa_g (1 + |A*_i|) + u_out |A*_i|``,
+with ``kappa_g = max(1, max_{i in g} |R_i| / d_g)`` the condition number of the group's
+statistics for this input. The constant ``c = SAFETY = 8`` covers the small integer
+factors dropped above (a few roundings in the variance, the square root, the division)
+and sequential rather than pairwise summation for ``G <= 64``; it is far below what
+cancellation costs: a one-pass variance ``E[x^2] - E[x]^2`` errs by ``u kappa^2``, which
+exceeds the bound as soon as ``kappa > 8 (2 + log2 G) (1 + |A|)``, e.g. on ``5 + 1e-3 u``
+rewards (``kappa ~ 1e4``) in float32. A wrong convention (ddof, eps, baseline) changes
+``A`` by a relative ``1/(2G)`` or more, far above the bound at float32 or better.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "PRECISIONS",
+    "SAFETY",
+    "unit_roundoff",
+    "advantage_tolerance",
+    "precision_from_residual",
+    "coarser",
+]
+
+#: Working precisions, finest first, with their unit roundoff ``u = 2**-p``.
+PRECISIONS: dict[str, float] = {
+    "float64": 2.0**-53,
+    "float32": 2.0**-24,
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+}
+#: ``c`` of the module doc: the safety factor over the first-order rounding bound.
+SAFETY = 8.0
+_TORCH = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """``u`` of a precision name, torch dtype or numpy dtype (float64's for anything else).
+
+    >>> unit_roundoff("float32") == 2.0**-24, unit_roundoff(torch.bfloat16) == 2.0**-8
+    (True, True)
+    """
+    if isinstance(dtype, str):
+        return PRECISIONS.get(dtype, PRECISIONS["float64"])
+    for name, td in _TORCH.items():
+        if dtype == td:
+            return PRECISIONS[name]
+    try:
+        return PRECISIONS.get(np.dtype(dtype).name, PRECISIONS["float64"])
+    except TypeError:
+        return PRECISIONS["float64"]
+
+
+def coarser(a: str, b: str) -> str:
+    """The coarser of two precision names (the larger unit roundoff).
+
+    >>> coarser("float64", "float32"), coarser("bfloat16", "float16")
+    ('float32', 'bfloat16')
+    """
+    return a if PRECISIONS[a] >= PRECISIONS[b] else b
+
+
+def advantage_tolerance(
+    rewards: np.ndarray,
+    group: np.ndarray,
+    divisor: np.ndarray,
+    expected: np.ndarray,
+    *,
+    precision: str,
+    out_dtype: Any = torch.float64,
+) -> np.ndarray:
+    """Per-element tolerance ``c (2 + log2 G) u kappa_g (1 + |A*|) + u_out |A*|`` (module doc).
+
+    ``rewards`` (the rewards as the implementation received them), ``group`` (group number
+    ``0..B-1`` of each element), ``divisor`` (``d`` of each element's group, 0 for silent
+    groups) and ``expected`` (the oracle's advantages) are flat float64 arrays.
+
+    >>> r = np.array([5.0, 5.01, 5.0, 5.02]); g = np.zeros(4, dtype=int)
+    >>> d = np.full(4, np.std(r)); a = (r - r.mean()) / d
+    >>> bool(advantage_tolerance(r, g, d, a, precision="float32").max() < 0.05)
+    True
+    """
+    u = PRECISIONS[precision]
+    n_groups = int(group.max()) + 1 if group.size else 0
+    sizes = np.bincount(group, minlength=n_groups).astype(np.float64)
+    top = np.zeros(n_groups)
+    np.maximum.at(top, group, np.abs(rewards))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = np.where(divisor > 0, top[group] / np.where(divisor > 0, divisor, 1.0), 1.0)
+    kappa = np.maximum(kappa, 1.0)
+    log_g = np.log2(np.maximum(sizes[group], 1.0))
+    mag = np.abs(expected)
+    return SAFETY * (2.0 + log_g) * u * kappa * (1.0 + mag) + unit_roundoff(out_dtype) * mag
+
+
+def precision_from_residual(residual: float) -> str:
+    """The working precision a relative rounding residual points to: float64 or float32.
+
+    ``residual`` is ``max |c - d a| / max |c|`` of a well-conditioned probe (``c = R - mu``
+    from the oracle, ``a`` the implementation's advantages, ``d`` their least-squares
+    divisor): rounding noise only, whatever the convention. Within ``64 u`` of float64
+    means float64; anything coarser is judged as float32, the coarsest precision a trainer
+    computes float64 rewards' statistics in (half-precision inputs are judged at their own
+    dtype's precision by :func:`advantage_tolerance`'s caller).
+
+    >>> precision_from_residual(3e-17), precision_from_residual(2e-8), precision_from_residual(1e-3)
+    ('float64', 'float32', 'float32')
+    """
+    if math.isfinite(residual) and residual <= 64 * PRECISIONS["float64"]:
+        return "float64"
+    return "float32"
