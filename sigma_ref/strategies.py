@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-__all__ = ["reward_values", "reward_groups", "ragged_batches", "score_vectors", "VALUES"]
+__all__ = ["reward_values", "reward_groups", "ragged_batches", "score_vectors"]
 
 #: The kinds of reward values the group strategies draw (module doc).
 VALUES: tuple[str, ...] = ("dyadic", "continuous", "offset", "mixed")

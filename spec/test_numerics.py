@@ -15,9 +15,9 @@ from sigma_ref.conformance.session import check_in_pytest
 
 
 def test_dtype_accuracy(sigma_ctx: Context, sigma_seed: int | None, param: str) -> None:
-    """In each declared dtype, |A - oracle(R)| <= atol + rtol |oracle(R)| with the dtype's
-    tolerance (sigma_ref.testing.TOLERANCES: float64 1e-7, float32 3e-5, float16 2e-3,
-    bfloat16 1.6e-2).
+    """In each declared dtype, |A - oracle(R)| <= c (2 + log2 G) u kappa_g (1 + |A|) + u_out |A| with u
+    the unit roundoff of the working precision (the coarser of the input dtype and the precision the
+    implementation computes in) and kappa_g = max|R| / d the group's condition number.
     """
     check_in_pytest(sigma_ctx, "dtype_accuracy", param, seed=sigma_seed)
 

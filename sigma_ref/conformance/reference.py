@@ -31,7 +31,6 @@ class Reference:
         ``"rloo"`` (``A = G/(G-1) (R - mu)``).
 
         >>> import numpy as np
-    import torch
         >>> reference_for("paper").advantages(np.array([1.0, 0.0]), np.array([0, 0])).tolist()
         [1.0, -1.0]
     """
