@@ -171,8 +171,8 @@ for mode in S.AGGREGATIONS:
 # `luspo` seq-mean-token-sum. Both sources divide `seq-mean-token-sum-norm` by the sequence
 # count *and* the constant: verl 0.9.1 `masked_sum(seq_losses) / global_batch_size / C`, TRL
 # `sum / (B * max_completion_length)`, so `w_it = 1/(N_seq C)`. The table above (and
-# `S.aggregation_weight`) writes `1/T`, the form of older verl releases that divided the token sum
-# by `C` alone: the two agree with `horizon = N_seq C`. The identity holds under either (the
+# `S.aggregation_weight`) writes `1/T`, the form of verl 0.4.1 to 0.6.0 (checked), which divided the
+# token sum by `C = T` alone: the two agree with `horizon = N_seq C`. The identity holds under either (the
 # constant only rescales `s_i`), and under `token-sum` (`w_it = 1`, `s_i = G grad log pi(y_i)`).
 
 # %%

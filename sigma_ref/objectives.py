@@ -169,7 +169,7 @@ def aggregation_weights(mask: Any, mode: str, *, constant: float | None = None) 
     * ``seq-mean-token-mean``: ``w_it = 1 / (N_seq |y_i|)``;
     * ``seq-mean-token-sum``: ``w_it = 1 / N_seq``;
     * ``seq-mean-token-sum-norm``: ``w_it = 1 / (N_seq C)`` (verl 0.9.1 and TRL 1.16.0's
-      ``dr_grpo``; older verl divided by ``C`` alone);
+      ``dr_grpo``; verl 0.4.1 to 0.6.0 divided by ``C`` alone);
     * ``token-sum``: ``w_it = 1``;
 
     and 0 on masked tokens. ``mode`` also takes TRL's ``loss_type`` names
