@@ -119,9 +119,10 @@ assert sp.simplify(accumulated("rank", W).subs(equal_shards) - W * full.subs(equ
 # `seq-mean-token-sum-norm` in verl 0.9.1 and TRL's `dr_grpo` divide by `N_seq * C`: a sequence
 # count, so the statements above apply with sequence counts (TRL's per-device batch holds a
 # fixed number of sequences, so `dr_grpo` with `1/M` is exact). A trainer that divides by `C`
-# alone (verl 0.4.1 to 0.6.0's `seq-mean-token-sum-norm`, computed per micro-batch and multiplied by
-# `1/gradient_accumulation` in `dp_actor`) and by the accumulation steps has factor `1 / (W M)` against the same code run on the whole batch in one
-# piece: the per-step gradient is proportional to the micro-batch size `N_seq / (W M)`.
+# alone and by the accumulation steps (verl 0.4.1 to 0.6.0: `seq-mean-token-sum-norm` computed per
+# micro-batch, times `1/gradient_accumulation` in `dp_actor`) has factor `1 / (W M)` against the
+# same code run on the whole batch in one piece: the per-step gradient is proportional to the
+# micro-batch size `N_seq / (W M)`.
 
 # %%
 Cn = sp.Symbol("C", positive=True)
