@@ -132,6 +132,25 @@ assert sp.simplify(acc_const - full_const / (W * M)) == 0
 "constant C without a sequence count: factor 1/(W M)"
 
 # %% [markdown]
+# ## TRL 1.16.0 `dapo`/`cispo` when a generation spans several optimizer steps
+#
+# TRL divides each micro-batch's token sum by `num_items_in_batch / num_processes * GA / spg`,
+# where `num_items_in_batch` counts the tokens of the whole generation batch (all processes,
+# `spg = steps_per_generation` micro-steps) and `GA` is the gradient-accumulation steps. That is
+# the global scope with `lambda = W` and the count `N_gen GA / spg` in place of the window's own
+# count `N_win`: the factor is `N_win spg / (N_gen GA)`, exact iff the window holds its share
+# `GA / spg` of the generation's tokens (always when `spg = GA`; in expectation otherwise).
+# Without the `GA / spg` rescaling the factor would be `N_win / N_gen`: `GA / spg` for
+# even windows (the "0.5 x" of issue 11 at `spg = 2 GA`).
+
+# %%
+N_win, N_gen, GA, spg = sp.symbols("N_win N_gen GA spg", positive=True)
+trl_factor = N_win / (N_gen * GA / spg)  # lambda = W (the / num_processes) cancels the DDP mean
+assert sp.simplify(trl_factor.subs(N_win, N_gen * GA / spg) - 1) == 0
+assert sp.simplify((N_win / N_gen).subs(N_win, N_gen * GA / spg) - GA / spg) == 0
+trl_factor
+
+# %% [markdown]
 # ## The factor table
 #
 # `factor` of a token against the full-batch weight, for equal piece counts (`E`) and in general
