@@ -321,10 +321,11 @@ def _regions_hit(logp, old, adv, mask, lo, hi, c=None):
     assert all(hit.values()), hit
 
 
+@pytest.mark.parametrize("seed", [0, 1, 4])  # seeds whose ratios hit every region (checked)
 @pytest.mark.parametrize("mode", O.AGGREGATION_MODES)
 @pytest.mark.parametrize("dual_clip", [None, 2.0])
-def test_ppo_clip_gradient(mode, dual_clip):
-    logp, old, adv, mask, *_ = _inputs()
+def test_ppo_clip_gradient(mode, dual_clip, seed):
+    logp, old, adv, mask, *_ = _inputs(seed)
     obj = O.Objective("ppo", eps_low=0.2, eps_high=0.28, dual_clip=dual_clip, aggregation=mode)
     lo, hi = obj.clip_range
     _regions_hit(logp, old, adv, mask, lo, hi, dual_clip)
