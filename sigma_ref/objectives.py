@@ -40,6 +40,7 @@ __all__ = [
     "effective_weights",
     "Objective",
     "loss_gradient",
+    "loss_gradient_terms",
     "kl_estimate",
     "importance_weights",
 ]
@@ -476,7 +477,7 @@ def importance_weights(
     return rho * m
 
 
-def loss_gradient(
+def loss_gradient_terms(
     objective: Objective,
     logp: Any,
     old_logp: Any,
@@ -485,12 +486,11 @@ def loss_gradient(
     *,
     ref_logp: Any = None,
     rollout_logp: Any = None,
-) -> torch.Tensor:
-    """``dL/dlogp_it [N, T]``: the gradient of the declared loss in each token's log-probability.
+) -> dict[str, torch.Tensor]:
+    """``dL/dlogp_it [N, T]`` by term, ``{"policy": ..., "kl": ...}``; the sum is :func:`loss_gradient`.
 
-    Then ``grad_theta L = sum_it dL/dlogp_it * grad log pi(y_it)``; torch autograd of a correct
-    implementation with ``logp`` as a leaf returns exactly this. With ``r_it = exp(logp_it -
-    old_logp_it)``, weights ``w_it`` (:func:`aggregation_weights`), ``rho_it``
+    A suite names the term that differs by comparing each with the measured gradient. With
+    ``r_it = exp(logp_it - old_logp_it)``, weights ``w_it`` (:func:`aggregation_weights`), ``rho_it``
     (:func:`importance_weights`, 1 without ``tis_cap``) and ``[lo, hi]`` the clip range:
 
     * ``ppo`` (``ell = -max(min(r A, clip(r, lo, hi) A), c A if A < 0)``):
@@ -506,12 +506,15 @@ def loss_gradient(
     * KL in the loss adds ``kl_coef * w * dk/dlogp`` (:func:`kl_estimate`); in the reward it
       adds nothing here (it is inside ``advantages``).
 
-    ``advantages``: ``[N]`` (one per response) or ``[N, T]`` (token-level).
+    ``advantages``: ``[N]`` (one per response) or ``[N, T]`` (token-level). Unclamped: verl also
+    clamps log-ratios to ``[-20, 20]`` (GSPO's to ``<= 10``) and k3 to ``[-10, 10]``, where its
+    gradient is 0; inputs inside those ranges agree.
 
     >>> obj = Objective("ppo", eps_low=0.2)
     >>> logp = torch.log(torch.tensor([[1.1, 1.5]]))
-    >>> loss_gradient(obj, logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2))
-    tensor([[-0.5500, -0.0000]], dtype=torch.float64)
+    >>> terms = loss_gradient_terms(obj, logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2))
+    >>> terms["policy"], terms["kl"]
+    (tensor([[-0.5500, -0.0000]], dtype=torch.float64), tensor([[0., 0.]], dtype=torch.float64))
     """
     if not isinstance(objective, Objective):
         raise TypeError(f"objective={objective!r} must be a sigma_ref.objectives.Objective")
@@ -563,5 +566,36 @@ def loss_gradient(
                 f"kl={objective.kl!r} in the loss needs ref_logp= (the reference policy's log-probs)"
             )
         _, slope = kl_estimate(lp, _tokens(ref_logp, "ref_logp", shape), objective.kl)
-        grad = grad + objective.kl_coef * w * slope
-    return grad * m
+        kl = objective.kl_coef * w * slope * m
+    else:
+        kl = torch.zeros_like(m)
+    return {"policy": grad * m, "kl": kl}
+
+
+def loss_gradient(
+    objective: Objective,
+    logp: Any,
+    old_logp: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    ref_logp: Any = None,
+    rollout_logp: Any = None,
+) -> torch.Tensor:
+    """``dL/dlogp_it [N, T]``: the gradient of the declared loss in each token's log-probability.
+
+    The sum of :func:`loss_gradient_terms` (its docstring states each objective's formula):
+    ``grad_theta L = sum_it dL/dlogp_it * grad log pi(y_it)``, and torch autograd of a correct
+    implementation with ``logp`` as a leaf returns exactly this array. PPO with
+    ``r = exp(logp - old_logp)``, ``A > 0`` and token-mean: ``-A r / N_tok`` inside the clip,
+    0 above ``1 + eps_high``.
+
+    >>> obj = Objective("ppo", eps_low=0.2)
+    >>> logp = torch.log(torch.tensor([[1.1, 1.5]]))
+    >>> loss_gradient(obj, logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2))
+    tensor([[-0.5500, -0.0000]], dtype=torch.float64)
+    """
+    terms = loss_gradient_terms(
+        objective, logp, old_logp, advantages, mask, ref_logp=ref_logp, rollout_logp=rollout_logp
+    )
+    return terms["policy"] + terms["kl"]

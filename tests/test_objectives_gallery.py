@@ -122,3 +122,26 @@ def test_gallery_is_complete():
     assert declared_modes == set(O.AGGREGATION_MODES)
     assert all(c.cause_words and c.source and c.breaks for c in WRONG)
     assert {c.breaks for c in WRONG} == {"aggregation", "scale-out", "gspo", "cispo", "kl", "clip"}
+
+
+KL_CASES = [c for c in WRONG if c.breaks == "kl"]
+
+
+@pytest.mark.parametrize("case", KL_CASES, ids=[c.name for c in KL_CASES])
+def test_kl_bugs_are_in_the_kl_term(case):
+    """The policy term of a KL bug agrees with the oracle; what is left is not the declared KL term."""
+    x = designed_input()
+    terms = O.loss_gradient_terms(
+        case.declared,
+        x["logp"],
+        x["old_logp"],
+        x["advantages"],
+        x["mask"],
+        ref_logp=x["ref_logp"],
+        rollout_logp=x["rollout_logp"],
+    )
+    rest = measured_gradient(case, x) - terms["policy"]
+    assert not _close(rest, terms["kl"])
+    assert bool(rest.abs().max() > 0)
+    if case.name == "kl_sign_flipped":
+        torch.testing.assert_close(rest, -terms["kl"], rtol=1e-10, atol=1e-14)
