@@ -159,3 +159,78 @@ for mode in S.AGGREGATIONS:
     assert torch.allclose(update, per_group.sum(0), rtol=1e-12, atol=1e-14), mode
     assert torch.allclose(update, prediction.sum(0), rtol=1e-12, atol=1e-14), mode
 "all four modes: autograd gradient = sum_groups (sigma^2/d) delta_s with s_i = G sum_t w_it grad log pi_it"
+
+# %% [markdown]
+# ## The numeric oracle: `sigma_ref.objectives.aggregation_weights`, verl 0.9.1 and TRL 1.16.0
+#
+# The oracle states each mode's `[N, T]` weights once, under verl 0.9.1's names
+# (`verl.trainer.ppo.core_algos.agg_loss`), plus `token-sum` (`w_it = 1`), and takes TRL 1.16.0's
+# `loss_type` names as aliases (read in `GRPOTrainer._compute_loss`): `grpo` is
+# seq-mean-token-mean, `bnpo` and `dapo` token-mean (over the local and the global
+# accumulated batch), `dr_grpo` seq-mean-token-sum-norm with `C = max_completion_length`,
+# `luspo` seq-mean-token-sum. Both sources divide `seq-mean-token-sum-norm` by the sequence
+# count *and* the constant: verl 0.9.1 `masked_sum(seq_losses) / global_batch_size / C`, TRL
+# `sum / (B * max_completion_length)`, so `w_it = 1/(N_seq C)`. The table above (and
+# `S.aggregation_weight`) writes `1/T`, the form of verl 0.4.1 to 0.6.0 (checked), which divided the
+# token sum by `C = T` alone: the two agree with `horizon = N_seq C`. The identity holds under either (the
+# constant only rescales `s_i`), and under `token-sum` (`w_it = 1`, `s_i = G grad log pi(y_i)`).
+
+# %%
+from sigma_ref import objectives as O
+
+for mode in O.AGGREGATION_MODES:
+    w = O.aggregation_weights(tmask, mode)
+    if mode == "token-sum":
+        expected = tmask
+    else:
+        horizon = B * Gt * T6 if mode == "seq-mean-token-sum-norm" else T6
+        expected = (
+            torch.tensor(
+                [
+                    [
+                        float(
+                            S.aggregation_weight(
+                                mode,
+                                length=int(n),
+                                n_sequences=B * Gt,
+                                total_tokens=int(lens.sum()),
+                                horizon=horizon,
+                            )
+                        )
+                        for _ in range(T6)
+                    ]
+                    for n in lens
+                ],
+                dtype=torch.float64,
+            )
+            * tmask
+        )
+    assert torch.allclose(w, expected, rtol=1e-15, atol=0), mode
+    th = theta0.clone().requires_grad_(True)
+    (-(w * adv[:, None] * token_logp(th)).sum()).backward()
+    s = Gt * (w[..., None] * token_grads).sum(1)
+    prediction = sigma_ref.decompose(rewards, s.reshape(B, Gt, D)).prediction
+    assert torch.allclose(-th.grad, prediction.sum(0), rtol=1e-12, atol=1e-14), mode
+aliases = {name: O.resolve_aggregation(name) for name in O.AGGREGATION_ALIASES}
+aliases
+
+# %% [markdown]
+# ## Detecting the mode from measured weights
+#
+# `O.detect_aggregation(w, mask)` compares measured weights (e.g. `-dL/dlogp_it / A_i` at ratio
+# 1) with each mode's, simplest first (token-mean, seq-mean-token-mean, seq-mean-token-sum,
+# token-sum), then reads a constant weight as seq-mean-token-sum-norm with `C = 1/(N_seq w)`.
+# On this ragged batch every mode is recovered from its own weights; when all responses have
+# one length, token-mean and seq-mean-token-mean coincide and the simpler name is reported.
+
+# %%
+detected = {
+    mode: O.detect_aggregation(O.aggregation_weights(tmask, mode, constant=None), tmask)
+    for mode in O.AGGREGATION_MODES
+}
+assert detected == {
+    mode: (mode, T6 if mode == "seq-mean-token-sum-norm" else None) for mode in O.AGGREGATION_MODES
+}
+same = torch.ones(4, 5, dtype=torch.float64)
+assert O.detect_aggregation(O.aggregation_weights(same, "seq-mean-token-mean"), same) == ("token-mean", None)
+detected

@@ -1,0 +1,210 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 12. Scale-out: the gradient accumulated over micro-batches and averaged over ranks
+#
+# A trainer splits the global batch over `W` data-parallel ranks and each rank's shard into `M`
+# micro-batches. Piece `(r, m)` computes its loss with the aggregation mode's weights, with the
+# counts (`N_tok` tokens, `N_seq` sequences) taken over some *scope* (the whole global batch,
+# the rank's shard, or the micro-batch), multiplies it by a *loss scale* `lambda` (`1/M` for a
+# trainer that divides by the accumulation steps, `W` for verl's `dp_size`), and
+# back-propagates; gradients add over micro-batches and DDP averages them over ranks. The
+# per-token weight of the accumulated gradient is therefore
+#
+# `w_eff = (lambda / W) * w_mode(counts of the scope)`,
+#
+# and, since every mode's weight is `1/count` times something the split does not change (the
+# response length, the constant `C`), the ratio to the full-batch weight is
+#
+# `factor = (lambda / W) * count_global / count_scope`  (`token-sum`: `lambda / W`).
+#
+# `count` is the token count for `token-mean` and the sequence count for the three `seq-mean`
+# modes. `sigma_ref.objectives.effective_weights` implements `w_eff`; this notebook proves the
+# exact statements below with symbolic counts and ties them to the oracle.
+
+# %%
+import itertools
+
+import sympy as sp
+import torch
+
+from sigma_ref import objectives as O
+
+W, M = 2, 3
+n = {(r, m): sp.Symbol(f"n_{r}{m}", positive=True) for r in range(W) for m in range(M)}  # counts
+U = {(r, m): sp.Symbol(f"U_{r}{m}", real=True) for r in range(W) for m in range(M)}  # gradient sums
+N = sum(n.values())
+lam = sp.Symbol("lambda", positive=True)
+full = sum(U.values()) / N  # the full-batch update: one normaliser over everything
+
+
+def accumulated(scope, scale):
+    """(1/W) sum_r sum_m scale * U_rm / count(scope of (r, m))."""
+    count = {
+        "global": lambda r, m: N,
+        "rank": lambda r, m: sum(n[r, k] for k in range(M)),
+        "micro-batch": lambda r, m: n[r, m],
+    }[scope]
+    return sum(scale * U[r, m] / count(r, m) for r, m in n) / W
+
+
+# %% [markdown]
+# ## Global normaliser
+#
+# Counts gathered over the whole batch (verl's `batch_num_tokens` all-reduced over the
+# data-parallel group, `global_batch_size`; TRL's `num_items_in_batch` for `dapo`/`cispo`):
+# exact for every split and every count **iff** `lambda = W` (verl multiplies by `dp_size`; TRL
+# divides the normaliser by `num_processes`, the same thing). With `lambda = 1` the gradient is
+# `1/W` of the full one.
+
+# %%
+assert sp.simplify(accumulated("global", W) - full) == 0
+assert sp.simplify(accumulated("global", 1) - full / W) == 0
+"global: exact with lambda = W for all counts; 1/W without the dp_size factor"
+
+# %% [markdown]
+# ## Per-micro-batch normaliser
+#
+# Each piece divides by its own count (TRL's `bnpo` tokens; `grpo`/`dr_grpo` sequences of the
+# per-device batch). The factor of a token in piece `(r, m)` is `lambda N / (W n_rm)`. With
+# `lambda = 1/M` (dividing by the accumulation steps) it is `N / (W M n_rm)`: exact iff every
+# piece holds the same count `N/(W M)`; for ragged pieces each piece's tokens are reweighted by
+# `mean count / own count`. Without the `1/M` the gradient is `M` times too large even for equal
+# pieces.
+
+# %%
+diff = sp.expand(accumulated("micro-batch", 1 / sp.Integer(M)) - full)
+coeffs = {key: sp.simplify(diff.coeff(U[key])) for key in U}
+assert all(sp.simplify(coeffs[key] - (1 / (W * M * n[key]) - 1 / N)) == 0 for key in U)
+equal = {n[key]: sp.Symbol("b", positive=True) for key in n}  # every piece holds b
+assert sp.simplify(accumulated("micro-batch", 1 / sp.Integer(M)).subs(equal) - full.subs(equal)) == 0
+assert sp.simplify(accumulated("micro-batch", 1).subs(equal) - M * full.subs(equal)) == 0
+# exact for *all* U only if every coefficient vanishes, i.e. n_rm = N/(W M) for every piece:
+(solution,) = sp.solve([coeffs[key] for key in U], list(n.values()), dict=True)
+assert len({value.subs(solution) for value in n.values()}) == 1  # one free count: all equal
+solution
+
+# %% [markdown]
+# ## Per-rank normaliser
+#
+# Each rank divides by its shard's count (token counts not gathered across ranks). With
+# `lambda = 1` (plain DDP mean of rank-local means) the factor is `N / (W n_r)`: exact iff every
+# rank holds the same count; with verl's `lambda = W` (`dp_size` applied to a local count) it is
+# `N / n_r`, `W` times too large for equal shards.
+
+# %%
+shard = {r: sum(n[r, k] for k in range(M)) for r in range(W)}
+diff = sp.expand(accumulated("rank", 1) - full)
+for key in U:
+    assert sp.simplify(diff.coeff(U[key]) - (1 / (W * shard[key[0]]) - 1 / N)) == 0
+equal_shards = {
+    n[r, M - 1]: sp.Symbol("S", positive=True) - sum(n[r, k] for k in range(M - 1)) for r in range(W)
+}
+assert sp.simplify(accumulated("rank", 1).subs(equal_shards) - full.subs(equal_shards)) == 0
+assert sp.simplify(accumulated("rank", W).subs(equal_shards) - W * full.subs(equal_shards)) == 0
+"rank: factor N/(W n_r) with lambda = 1; exact iff equal shard counts; W x with dp_size"
+
+# %% [markdown]
+# ## Constant normalisers
+#
+# `token-sum` has no count: the factor is `lambda / W` (exact iff `lambda = W`, verl's `dp_size`).
+# `seq-mean-token-sum-norm` in verl 0.9.1 and TRL's `dr_grpo` divide by `N_seq * C`: a sequence
+# count, so the statements above apply with sequence counts (TRL's per-device batch holds a
+# fixed number of sequences, so `dr_grpo` with `1/M` is exact). A trainer that divides by `C`
+# alone and by the accumulation steps (verl 0.4.1 to 0.6.0: `seq-mean-token-sum-norm` computed per
+# micro-batch, times `1/gradient_accumulation` in `dp_actor`) has factor `1 / (W M)` against the
+# same code run on the whole batch in one piece: the per-step gradient is proportional to the
+# micro-batch size `N_seq / (W M)`.
+
+# %%
+Cn = sp.Symbol("C", positive=True)
+full_const = sum(U.values()) / Cn
+acc_const = sum(U[key] / (M * Cn) for key in U) / W
+assert sp.simplify(acc_const - full_const / (W * M)) == 0
+"constant C without a sequence count: factor 1/(W M)"
+
+# %% [markdown]
+# ## TRL 1.16.0 `dapo`/`cispo` when a generation spans several optimizer steps
+#
+# TRL divides each micro-batch's token sum by `num_items_in_batch / num_processes * GA / spg`,
+# where `num_items_in_batch` counts the tokens of the whole generation batch (all processes,
+# `spg = steps_per_generation` micro-steps) and `GA` is the gradient-accumulation steps. That is
+# the global scope with `lambda = W` and the count `N_gen GA / spg` in place of the window's own
+# count `N_win`: the factor is `N_win spg / (N_gen GA)`, exact iff the window holds its share
+# `GA / spg` of the generation's tokens (always when `spg = GA`; in expectation otherwise).
+# Without the `GA / spg` rescaling the factor would be `N_win / N_gen`: `GA / spg` for
+# even windows (the "0.5 x" of issue 11 at `spg = 2 GA`).
+
+# %%
+N_win, N_gen, GA, spg = sp.symbols("N_win N_gen GA spg", positive=True)
+trl_factor = N_win / (N_gen * GA / spg)  # lambda = W (the / num_processes) cancels the DDP mean
+assert sp.simplify(trl_factor.subs(N_win, N_gen * GA / spg) - 1) == 0
+assert sp.simplify((N_win / N_gen).subs(N_win, N_gen * GA / spg) - GA / spg) == 0
+trl_factor
+
+# %% [markdown]
+# ## The factor table
+#
+# `factor` of a token against the full-batch weight, for equal piece counts (`E`) and in general
+# (`n_rm`, `n_r`: the piece's and the rank's counts; `N`: global; tokens for token-mean, sequences
+# for the seq-mean modes; `token-sum` has no count):
+
+# %%
+Ws, Ms, Ns = sp.symbols("W M N", positive=True)
+count = {"global": Ns, "rank": sp.Symbol("n_r"), "micro-batch": sp.Symbol("n_rm")}
+equal_count = {"global": Ns, "rank": Ns / Ws, "micro-batch": Ns / (Ws * Ms)}
+rows = []
+for scope, (name, scale) in itertools.product(count, (("1", 1), ("1/M", 1 / Ms), ("W", Ws))):
+    general = sp.simplify(scale * Ns / (Ws * count[scope]))
+    equal_pieces = sp.simplify(scale * Ns / (Ws * equal_count[scope]))
+    rows.append(f"{scope:11s} lambda={name:3s}: factor {general!s:14s} equal counts: {equal_pieces}")
+    # the general factor is the one the W = 2, M = 3 derivation above gives
+    concrete = general.subs({Ws: W, Ms: M, Ns: N}).subs(
+        {count["rank"]: shard[0], count["micro-batch"]: n[0, 0]}
+    )
+    assert (
+        sp.simplify(concrete - accumulated(scope, sp.sympify(scale).subs({Ms: M, Ws: W})).diff(U[0, 0]) * N)
+        == 0
+    )
+rows
+
+# %% [markdown]
+# ## The oracle
+#
+# `effective_weights` on a ragged batch of 12 responses split over `W = 2` ranks and `M = 3`
+# micro-batches equals the symbolic factor times the full-batch weights, for every mode, scope
+# and loss scale.
+
+# %%
+gen = torch.Generator().manual_seed(0)
+lengths = torch.randint(1, 9, (12,), generator=gen)
+mask = (torch.arange(8)[None, :] < lengths[:, None]).double()
+rank = torch.arange(12) % W
+micro = torch.arange(12) // W % M
+for mode in O.AGGREGATION_MODES:
+    full_w = O.aggregation_weights(mask, mode)
+    tokens = mode == "token-mean"
+    per_row = mask.sum(-1) if tokens else torch.ones(12, dtype=torch.float64)
+    for scope, scale in itertools.product(("global", "rank", "micro-batch"), (1.0, 1.0 / M, float(W))):
+        got = O.effective_weights(
+            mask, mode, rank=rank, micro_batch=micro, normaliser=scope, loss_scale=scale
+        )
+        key = {"global": torch.zeros(12, dtype=torch.int64), "rank": rank, "micro-batch": rank * M + micro}[
+            scope
+        ]
+        count = torch.stack([per_row[key == key[i]].sum() for i in range(12)])
+        factor = (
+            scale
+            / W
+            * (per_row.sum() / count if mode != "token-sum" else torch.ones(12, dtype=torch.float64))
+        )
+        assert torch.allclose(got, factor[:, None] * full_w, rtol=1e-14, atol=0), (mode, scope, scale)
+"effective_weights = (lambda / W) * count_global / count_scope * aggregation_weights, every mode"

@@ -1,0 +1,601 @@
+"""Per-token gradients of GRPO-family losses: aggregation, scale-out, clipping, IS and KL.
+
+A trainer's policy loss is ``L = sum_it w_it * ell_it`` over a padded ``[N, T]`` batch with a
+response ``mask``: per-token terms ``ell_it`` (the negated surrogate, an importance-weight
+correction, a KL penalty) reduced with *aggregation weights* ``w_it``. Its parameter gradient
+is ``grad L = sum_it (dL/dlogp_it) * grad log pi(y_it)``, so the whole update is fixed by one
+``[N, T]`` array, ``dL/dlogp_it``: :func:`loss_gradient` states it for a declared
+:class:`Objective` at any ratio, :func:`aggregation_weights` states ``w_it``,
+:func:`effective_weights` states what a split over micro-batches and data-parallel ranks makes
+of them, and :func:`detect_aggregation` reads the mode back from measured weights. At ratio 1
+with ``ell_it = -A_i r_it`` the identity's per-response score is
+``s_i = G * sum_t w_it grad log pi(y_it)`` (SPEC section 4).
+
+Derivations: ``proofs/08_aggregation.py`` (the modes), ``proofs/11_objectives.py`` (clipping,
+GSPO, CISPO, importance sampling, KL estimators and the bias theorem), ``proofs/12_scale_out.py``
+(micro-batches and ranks). Sources read for the names and formulas: TRL 1.16.0
+(``trl/trainer/grpo_trainer.py``, ``_compute_loss``) and verl 0.9.1
+(``verl/trainer/ppo/core_algos.py``: ``agg_loss``, ``compute_policy_loss_vanilla``, ``_gspo``,
+``_cispo``, ``kl_penalty``).
+
+Everything is computed in torch float64 on the CPU copy of the inputs, vectorised, without
+autograd; ties at a clip boundary (a measure-zero set) follow torch's convention that
+``clamp`` passes the gradient at the boundary (the clip is active only strictly outside).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal
+
+import torch
+
+__all__ = [
+    "AGGREGATION_MODES",
+    "AGGREGATION_ALIASES",
+    "resolve_aggregation",
+    "aggregation_weights",
+    "detect_aggregation",
+    "effective_weights",
+    "Objective",
+    "loss_gradient",
+    "loss_gradient_terms",
+    "kl_estimate",
+    "importance_weights",
+]
+
+#: verl 0.9.1's ``loss_agg_mode`` names (``verl.trainer.ppo.core_algos.agg_loss``).
+AGGREGATION_MODES: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+    "token-sum",
+)
+
+#: TRL 1.16.0 ``GRPOConfig.loss_type`` (and a few spelling variants) -> verl mode. Read in
+#: ``GRPOTrainer._compute_loss``: ``grpo``/``sapo``: per-sequence token mean, mean over
+#: sequences; ``bnpo``: one token mean over the (local) batch; ``dr_grpo``: token sum over
+#: ``B * max_completion_length`` (seq-mean-token-sum-norm with constant
+#: ``max_completion_length``); ``dapo``/``cispo``/``vespo``: token sum over the active tokens
+#: of the global accumulated batch (a token mean over the global batch); ``luspo``: token sum
+#: per sequence, mean over sequences.
+AGGREGATION_ALIASES: dict[str, str] = {
+    "grpo": "seq-mean-token-mean",
+    "sapo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "dapo": "token-mean",
+    "cispo": "token-mean",
+    "vespo": "token-mean",
+    "luspo": "seq-mean-token-sum",
+}
+
+_TOL = 1e-6
+
+
+def resolve_aggregation(name: str) -> str:
+    """The verl mode name for ``name``: a verl mode, a TRL ``loss_type``, or ``_`` spelling.
+
+    ==================  ===========================  =========================================
+    TRL 1.16.0           verl 0.9.1                   weight ``w_it`` of an unmasked token
+    ==================  ===========================  =========================================
+    ``bnpo``, ``dapo``   ``token-mean``               ``1 / N_tok``
+    ``grpo``             ``seq-mean-token-mean``      ``1 / (N_seq |y_i|)``
+    ``luspo``            ``seq-mean-token-sum``       ``1 / N_seq``
+    ``dr_grpo``          ``seq-mean-token-sum-norm``  ``1 / (N_seq C)``, ``C = max_completion_length``
+    (none)               ``token-sum``                ``1``
+    ==================  ===========================  =========================================
+
+    ``bnpo`` counts the tokens of the local (per-device micro-)batch, ``dapo`` those of the global
+    accumulated batch: the same weights on one batch, different ones under scale-out
+    (:func:`effective_weights`).
+
+    >>> resolve_aggregation("dr_grpo"), resolve_aggregation("token_mean")
+    ('seq-mean-token-sum-norm', 'token-mean')
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"aggregation={name!r} must be a string such as 'token-mean'")
+    if name in AGGREGATION_MODES:
+        return name
+    if name in AGGREGATION_ALIASES:
+        return AGGREGATION_ALIASES[name]
+    dashed = name.replace("_", "-")
+    if dashed in AGGREGATION_MODES:
+        return dashed
+    raise ValueError(
+        f"aggregation={name!r} is not a loss aggregation; use one of {AGGREGATION_MODES} "
+        f"(verl's loss_agg_mode) or a TRL loss_type {tuple(AGGREGATION_ALIASES)}"
+    )
+
+
+def _mask(mask: Any, name: str = "mask") -> torch.Tensor:
+    m = torch.as_tensor(mask).detach().cpu()
+    if m.ndim != 2:
+        raise ValueError(
+            f"{name} has shape {tuple(m.shape)}; pass a [N, T] response mask (1 = token, 0 = pad)"
+        )
+    m = m.to(torch.float64)
+    if not bool(((m == 0) | (m == 1)).all()):
+        bad = m[(m != 0) & (m != 1)][0].item()
+        raise ValueError(f"{name} contains {bad!r}; a response mask holds only 0 and 1 (or booleans)")
+    return m
+
+
+def _tokens(x: Any, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    t = torch.as_tensor(x).detach().cpu().to(torch.float64)
+    if tuple(t.shape) != shape:
+        raise ValueError(
+            f"{name} has shape {tuple(t.shape)} but mask has shape {shape}; pass {name} as [N, T]"
+        )
+    return t
+
+
+def _weights_from_counts(
+    m: torch.Tensor, mode: str, n_tok: torch.Tensor, n_seq: torch.Tensor, constant: float
+) -> torch.Tensor:
+    """``w_it`` with the batch counts given per token (broadcastable to ``m``)."""
+    if mode == "token-mean":
+        return m / n_tok
+    if mode == "seq-mean-token-mean":
+        return m / (n_seq * m.sum(-1, keepdim=True).clamp(min=1))
+    if mode == "seq-mean-token-sum":
+        return m / n_seq
+    if mode == "seq-mean-token-sum-norm":
+        return m / (n_seq * constant)
+    return m.clone()
+
+
+def _constant(mode: str, constant: float | None, horizon: int) -> float:
+    if constant is None:
+        return float(horizon)
+    if mode != "seq-mean-token-sum-norm":
+        raise ValueError(
+            f"constant={constant!r} is only used by 'seq-mean-token-sum-norm', not {mode!r}; drop constant="
+        )
+    if not (isinstance(constant, int | float) and math.isfinite(constant) and constant > 0):
+        raise ValueError(f"constant={constant!r} must be a positive number (e.g. max_completion_length)")
+    return float(constant)
+
+
+def aggregation_weights(mask: Any, mode: str, *, constant: float | None = None) -> torch.Tensor:
+    """Per-token loss weights ``w [N, T]`` of an aggregation mode, with ``L = sum_it w_it ell_it``.
+
+    With ``N_tok = sum mask``, ``N_seq`` = rows with at least one token (verl drops empty rows
+    from the count), ``|y_i| = sum_t mask_it`` and ``C = constant`` (default: the padded
+    length ``T``), on unmasked tokens:
+
+    * ``token-mean``: ``w_it = 1 / N_tok``;
+    * ``seq-mean-token-mean``: ``w_it = 1 / (N_seq |y_i|)``;
+    * ``seq-mean-token-sum``: ``w_it = 1 / N_seq``;
+    * ``seq-mean-token-sum-norm``: ``w_it = 1 / (N_seq C)`` (verl 0.9.1 and TRL 1.16.0's
+      ``dr_grpo``; verl 0.4.1 to 0.6.0 divided by ``C`` alone);
+    * ``token-sum``: ``w_it = 1``;
+
+    and 0 on masked tokens. ``mode`` also takes TRL's ``loss_type`` names
+    (:func:`resolve_aggregation`). The identity's per-response score is
+    ``s_i = G * sum_t w_it grad log pi(y_it)``.
+
+    >>> mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    >>> aggregation_weights(mask, "seq-mean-token-mean")
+    tensor([[0.2500, 0.2500, 0.0000, 0.0000],
+            [0.1250, 0.1250, 0.1250, 0.1250]], dtype=torch.float64)
+    >>> aggregation_weights(mask, "dr_grpo", constant=8)[0, 0].item()
+    0.0625
+    """
+    mode = resolve_aggregation(mode)
+    m = _mask(mask)
+    c = _constant(mode, constant, m.shape[1])
+    n_tok = m.sum()
+    if mode == "token-mean" and n_tok == 0:
+        raise ValueError("mask has no unmasked token; token-mean of an empty batch is undefined")
+    n_seq = (m.sum(-1) > 0).sum().to(torch.float64)
+    if mode.startswith("seq-mean") and n_seq == 0:
+        raise ValueError(f"mask has no non-empty row; {mode} of an empty batch is undefined")
+    return _weights_from_counts(m, mode, n_tok, n_seq, c)
+
+
+def detect_aggregation(weights: Any, mask: Any, *, rtol: float = _TOL) -> tuple[str, float | None] | None:
+    """Recognise the aggregation mode from measured per-token weights: ``(mode, constant)`` or None.
+
+    ``weights [N, T]`` are measured ``w_it`` (e.g. ``-dL/dlogp_it / A_i`` at ratio 1). They must
+    vanish on masked tokens (within ``rtol * max|w|``) and match one mode's
+    :func:`aggregation_weights` to relative tolerance ``rtol``. Ties (e.g. every response of
+    the same length, where token-mean, seq-mean-token-mean and a constant ``C = |y|`` agree)
+    resolve to the simplest mode, in the order ``token-mean``, ``seq-mean-token-mean``,
+    ``seq-mean-token-sum``, ``token-sum``, then ``seq-mean-token-sum-norm`` with
+    ``C = 1 / (N_seq w)`` (rounded to an integer when within ``rtol``), which any other
+    weight constant over the batch's tokens matches. ``constant`` is None except for that mode.
+
+    >>> mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    >>> detect_aggregation(torch.tensor([[1 / 32, 1 / 32, 0], [1 / 32, 1 / 32, 1 / 32]]), mask)
+    ('seq-mean-token-sum-norm', 16)
+    >>> detect_aggregation(aggregation_weights(mask, "grpo"), mask)
+    ('seq-mean-token-mean', None)
+    """
+    m = _mask(mask)
+    w = _tokens(weights, "weights", tuple(m.shape))
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError("weights contains a NaN or infinity; measure the weights of a finite loss")
+    on = m.bool()
+    if not bool(on.any()):
+        raise ValueError("mask has no unmasked token; there is nothing to detect")
+    scale = float(w.abs().max())
+    if scale == 0:
+        return None
+    if bool((~on).any()) and float(w[~on].abs().max()) > rtol * scale:
+        return None
+
+    def close(expected: torch.Tensor) -> bool:
+        return bool(torch.allclose(w[on], expected[on], rtol=rtol, atol=rtol * scale * 1e-3))
+
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"):
+        if close(aggregation_weights(m, mode)):
+            return mode, None
+    value = w[on]
+    if float(value.min()) <= 0 or not bool(
+        torch.allclose(value, value[0].expand_as(value), rtol=rtol, atol=0)
+    ):
+        return None
+    n_seq = float((m.sum(-1) > 0).sum())
+    c = 1.0 / (n_seq * float(value.mean()))
+    if abs(c - round(c)) <= rtol * c:
+        return "seq-mean-token-sum-norm", round(c)
+    return "seq-mean-token-sum-norm", c
+
+
+Normaliser = Literal["global", "rank", "micro-batch"]
+
+
+def effective_weights(
+    mask: Any,
+    mode: str,
+    *,
+    rank: Any = None,
+    micro_batch: Any = None,
+    world_size: int | None = None,
+    normaliser: Normaliser = "global",
+    loss_scale: float = 1.0,
+    constant: float | None = None,
+) -> torch.Tensor:
+    """Per-token weights of the gradient a split batch accumulates: ``[N, T]``.
+
+    Row ``i`` goes to data-parallel rank ``rank[i]`` (in ``0..W-1``) and its micro-batch
+    ``micro_batch[i]``. Each piece ``(r, m)`` computes its loss with the mode's weights, the
+    counts (``N_tok``, ``N_seq``) taken over the ``normaliser`` scope: the whole ``global``
+    batch, the rank's shard, or the ``micro-batch``; multiplies it by ``loss_scale`` (``1/M``
+    for a trainer that divides by the accumulation steps, ``W`` for verl's ``dp_size``) and
+    back-propagates; gradients add over micro-batches and DDP averages them over ranks. So
+
+    ``w_eff_it = (loss_scale / W) * w_mode(counts of the scope of i)_it``,
+
+    and the ratio to the full-batch weight is ``(loss_scale / W) * count_global / count_scope``
+    (1 for ``token-sum`` and its constant-normalised cousins: no count). Exact with the global
+    scope iff ``loss_scale = W``; with the rank scope iff ``loss_scale = 1`` and every rank
+    holds the same count; with the micro-batch scope iff ``loss_scale = 1/M`` and every piece
+    holds the same count (``proofs/12_scale_out.py``). ``C`` (``constant``) defaults to the
+    padded length ``T`` of the whole mask.
+
+    >>> mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    >>> effective_weights(mask, "token-mean", micro_batch=[0, 1], normaliser="micro-batch", loss_scale=0.5)
+    tensor([[0.5000, 0.0000, 0.0000],
+            [0.1667, 0.1667, 0.1667]], dtype=torch.float64)
+    """
+    mode = resolve_aggregation(mode)
+    m = _mask(mask)
+    n = m.shape[0]
+    c = _constant(mode, constant, m.shape[1])
+
+    def assignment(x: Any, name: str) -> torch.Tensor:
+        if x is None:
+            return torch.zeros(n, dtype=torch.int64)
+        a = torch.as_tensor(x).detach().cpu()
+        if tuple(a.shape) != (n,) or a.is_floating_point() or a.dtype == torch.bool or bool((a < 0).any()):
+            raise ValueError(
+                f"{name} must be {n} non-negative integers (one per row of mask), got shape "
+                f"{tuple(a.shape)} dtype {a.dtype}"
+            )
+        return a.to(torch.int64)
+
+    r = assignment(rank, "rank")
+    mb = assignment(micro_batch, "micro_batch")
+    w_ranks = int(r.max()) + 1 if n else 1
+    if world_size is None:
+        world_size = w_ranks
+    if not isinstance(world_size, int) or world_size < w_ranks:
+        raise ValueError(f"world_size={world_size!r} must be an integer >= the largest rank + 1 = {w_ranks}")
+    if normaliser not in ("global", "rank", "micro-batch"):
+        raise ValueError(f"normaliser={normaliser!r} must be 'global', 'rank' or 'micro-batch'")
+    if not (isinstance(loss_scale, int | float) and math.isfinite(loss_scale)):
+        raise ValueError(f"loss_scale={loss_scale!r} must be a finite number (1, 1/M, W, ...)")
+    if normaliser == "global":
+        key = torch.zeros(n, dtype=torch.int64)
+    elif normaliser == "rank":
+        key = r
+    else:
+        key = r * (int(mb.max()) + 1) + mb
+    _, inverse = torch.unique(key, return_inverse=True)
+    groups = int(inverse.max()) + 1 if n else 0
+    tok = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, m.sum(-1))
+    seq = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, (m.sum(-1) > 0).to(torch.float64))
+    n_tok = tok[inverse][:, None]
+    n_seq = seq[inverse][:, None]
+    w = _weights_from_counts(m, mode, n_tok.clamp(min=1), n_seq.clamp(min=1), c)
+    return (loss_scale / world_size) * w
+
+
+# --------------------------------------------------------------------------------------
+# objectives
+
+
+Kind = Literal["ppo", "gspo", "cispo"]
+KL = Literal["k1", "k2", "k3"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """A declared policy loss: ``L = sum_it w_it [rho_it * ell_it + kl_coef * k(delta_it)]``.
+
+    ``kind``: ``ppo`` (token ratio, clipped surrogate), ``gspo`` (sequence ratio
+    ``s_i = exp(mean_t log r_it)`` clipped per sequence, GSPO paper / TRL
+    ``importance_sampling_level="sequence"``) or ``cispo`` (``ell = -sg(clip(r)) A log pi``).
+    ``eps_low``/``eps_high``: the clip range ``[1 - eps_low, 1 + eps_high]`` (``eps_high`` None:
+    ``eps_low``; for CISPO ``eps_low = math.inf`` means no lower bound, TRL's form, whose
+    ``epsilon_high=eps_max`` is ``eps_high = eps_max - 1`` here). ``dual_clip``: ``c > 1`` for
+    dual-clip PPO (``A < 0``: the loss is capped at ``-c A``). ``kl``/``kl_coef``/``kl_placement``:
+    the KL estimator against a reference policy, in the ``loss`` (a term of ``L``) or in the
+    ``reward`` (already inside the advantages: no term of ``L``). ``tis_cap``/``tis_level``/
+    ``tis_mode``: the rollout-vs-training importance weight ``rho`` (:func:`importance_weights`);
+    None: ``rho = 1``. ``aggregation``/``constant``: :func:`aggregation_weights`.
+
+    >>> Objective("ppo", eps_low=0.2, eps_high=0.28).clip_range
+    (0.8, 1.28)
+    """
+
+    kind: Kind = "ppo"
+    eps_low: float = 0.2
+    eps_high: float | None = None
+    dual_clip: float | None = None
+    kl: KL | None = None
+    kl_coef: float = 0.0
+    kl_placement: Literal["loss", "reward"] = "loss"
+    tis_cap: float | None = None
+    tis_level: Literal["token", "sequence"] = "token"
+    tis_mode: Literal["truncate", "mask"] = "truncate"
+    aggregation: str = "token-mean"
+    constant: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("ppo", "gspo", "cispo"):
+            raise ValueError(f"kind={self.kind!r} must be 'ppo', 'gspo' or 'cispo'")
+        for name in ("eps_low", "eps_high"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, int | float) and v >= 0 and not math.isnan(v)):
+                raise ValueError(
+                    f"{name}={v!r} must be a number >= 0 (the clip range is [1 - eps_low, 1 + eps_high])"
+                )
+        if self.eps_high is not None and math.isinf(self.eps_high) and self.kind != "cispo":
+            raise ValueError(f"eps_high={self.eps_high!r} must be finite for kind={self.kind!r}")
+        if self.dual_clip is not None:
+            if self.kind != "ppo":
+                raise ValueError(
+                    f"dual_clip={self.dual_clip!r} applies to kind='ppo' only, not {self.kind!r}"
+                )
+            if not (isinstance(self.dual_clip, int | float) and self.dual_clip > 1):
+                raise ValueError(
+                    f"dual_clip={self.dual_clip!r} must be a number > 1 (verl's clip_ratio_c, e.g. 3.0)"
+                )
+        if self.kl not in (None, "k1", "k2", "k3"):
+            raise ValueError(f"kl={self.kl!r} must be None, 'k1', 'k2' or 'k3'")
+        if self.kl_placement not in ("loss", "reward"):
+            raise ValueError(f"kl_placement={self.kl_placement!r} must be 'loss' or 'reward'")
+        if not (isinstance(self.kl_coef, int | float) and math.isfinite(self.kl_coef)):
+            raise ValueError(f"kl_coef={self.kl_coef!r} must be a finite number")
+        if self.kl_coef != 0 and self.kl is None:
+            raise ValueError(f"kl_coef={self.kl_coef!r} needs an estimator: set kl='k1', 'k2' or 'k3'")
+        if self.tis_cap is not None and not (isinstance(self.tis_cap, int | float) and self.tis_cap > 0):
+            raise ValueError(f"tis_cap={self.tis_cap!r} must be a positive number (e.g. 2.0) or None")
+        if self.tis_level not in ("token", "sequence"):
+            raise ValueError(f"tis_level={self.tis_level!r} must be 'token' or 'sequence'")
+        if self.tis_mode not in ("truncate", "mask"):
+            raise ValueError(f"tis_mode={self.tis_mode!r} must be 'truncate' or 'mask'")
+        resolve_aggregation(self.aggregation)
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """``(1 - eps_low, 1 + eps_high)``, the ratio interval where the clip is inactive."""
+        high = self.eps_low if self.eps_high is None else self.eps_high
+        return 1 - self.eps_low, 1 + high
+
+
+def kl_estimate(logp: Any, ref_logp: Any, estimator: KL) -> tuple[torch.Tensor, torch.Tensor]:
+    """Value and derivative in ``logp`` of a per-token KL estimator, ``delta = logp - ref_logp``.
+
+    Schulman's estimators of ``KL(pi || pi_ref)`` from ``y ~ pi``, with ``r = pi_ref / pi =
+    exp(-delta)``: ``k1 = delta = -log r`` (derivative 1), ``k2 = delta**2 / 2`` (derivative
+    ``delta``), ``k3 = r - 1 - log r = exp(-delta) - 1 + delta`` (derivative ``1 - r``). In the
+    loss, only ``k2``'s expected gradient is the reverse KL's; ``k3``'s is the forward KL's and
+    ``k1``'s is 0 (``proofs/11_objectives.py``).
+
+    >>> value, slope = kl_estimate(torch.tensor([0.0]), torch.tensor([-1.0]), "k3")
+    >>> round(value.item(), 4), round(slope.item(), 4)
+    (0.3679, 0.6321)
+    """
+    lp = torch.as_tensor(logp).detach().cpu().to(torch.float64)
+    rp = torch.as_tensor(ref_logp).detach().cpu().to(torch.float64)
+    if lp.shape != rp.shape:
+        raise ValueError(
+            f"ref_logp has shape {tuple(rp.shape)} but logp has {tuple(lp.shape)}; pass one shape"
+        )
+    delta = lp - rp
+    if estimator == "k1":
+        return delta, torch.ones_like(delta)
+    if estimator == "k2":
+        return 0.5 * delta**2, delta
+    if estimator == "k3":
+        r = torch.exp(-delta)
+        return r - 1 + delta, 1 - r
+    raise ValueError(f"estimator={estimator!r} must be 'k1', 'k2' or 'k3'")
+
+
+def importance_weights(
+    old_logp: Any,
+    rollout_logp: Any,
+    mask: Any,
+    *,
+    cap: float,
+    level: Literal["token", "sequence"] = "token",
+    mode: Literal["truncate", "mask"] = "truncate",
+) -> torch.Tensor:
+    """Rollout-correction weights ``rho [N, T]`` (constants: no gradient flows through them).
+
+    ``rho_it = pi_old(y_it) / pi_rollout(y_it)`` (``level="token"``) or, for every token of
+    row ``i``, the sequence ratio ``prod_t`` of them (``level="sequence"``, TRL 1.16.0's
+    ``sequence_*`` modes: ``exp(sum_t mask_it (old - rollout))``); ``truncate``:
+    ``min(rho, cap)`` (TIS); ``mask``: ``rho * 1[rho <= cap]`` (MIS). 0 on masked tokens.
+
+    >>> importance_weights(torch.tensor([[0.0, 0.0]]), torch.tensor([[-1.0, 0.5]]), torch.ones(1, 2), cap=2.0)
+    tensor([[2.0000, 0.6065]], dtype=torch.float64)
+    """
+    m = _mask(mask)
+    shape = tuple(m.shape)
+    diff = (_tokens(old_logp, "old_logp", shape) - _tokens(rollout_logp, "rollout_logp", shape)) * m
+    if not (isinstance(cap, int | float) and cap > 0):
+        raise ValueError(f"cap={cap!r} must be a positive number (e.g. 2.0)")
+    if level == "sequence":
+        diff = diff.sum(-1, keepdim=True).expand_as(m)
+    elif level != "token":
+        raise ValueError(f"level={level!r} must be 'token' or 'sequence'")
+    rho = torch.exp(diff)
+    if mode == "truncate":
+        rho = rho.clamp(max=cap)
+    elif mode == "mask":
+        rho = torch.where(rho <= cap, rho, torch.zeros_like(rho))
+    else:
+        raise ValueError(f"mode={mode!r} must be 'truncate' or 'mask'")
+    return rho * m
+
+
+def loss_gradient_terms(
+    objective: Objective,
+    logp: Any,
+    old_logp: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    ref_logp: Any = None,
+    rollout_logp: Any = None,
+) -> dict[str, torch.Tensor]:
+    """``dL/dlogp_it [N, T]`` by term, ``{"policy": ..., "kl": ...}``; the sum is :func:`loss_gradient`.
+
+    A suite names the term that differs by comparing each with the measured gradient. With
+    ``r_it = exp(logp_it - old_logp_it)``, weights ``w_it`` (:func:`aggregation_weights`), ``rho_it``
+    (:func:`importance_weights`, 1 without ``tis_cap``) and ``[lo, hi]`` the clip range:
+
+    * ``ppo`` (``ell = -max(min(r A, clip(r, lo, hi) A), c A if A < 0)``):
+      ``-w rho A r`` where the clip is inactive for the sign of A (``A > 0``: ``r <= hi``;
+      ``A < 0``: ``r >= lo``, and with dual clip also ``r <= c``), else 0;
+    * ``gspo`` (``s_i = exp(sum_t mask_it log r_it / |y_i|)``, ``ell_it = -min(s_i A_i,
+      clip(s_i) A_i)`` broadcast over the row): ``-(mask_it / |y_i|) (sum_t' w_it' rho_it') A_i s_i``
+      where ``s_i`` is inside for the sign of ``A_i``, else 0; for every mode here (``w`` constant
+      along a row) that is ``-w_it rho_it A_i s_i``, also verl's token form
+      ``s_it = sg(s_i) pi_it / sg(pi_it)``. Token-summed modes thus weigh sequence ``i``'s
+      objective by ``sum_t w_it = |y_i| / N_tok`` (length-weighted) instead of ``1 / N_seq``;
+    * ``cispo`` (``ell = -sg(clip(r, lo, hi)) A log pi``): ``-w rho clip(r, lo, hi) A``;
+    * KL in the loss adds ``kl_coef * w * dk/dlogp`` (:func:`kl_estimate`); in the reward it
+      adds nothing here (it is inside ``advantages``).
+
+    ``advantages``: ``[N]`` (one per response) or ``[N, T]`` (token-level). Unclamped: verl also
+    clamps log-ratios to ``[-20, 20]`` (GSPO's to ``<= 10``) and k3 to ``[-10, 10]``, where its
+    gradient is 0; inputs inside those ranges agree.
+
+    >>> obj = Objective("ppo", eps_low=0.2)
+    >>> logp = torch.log(torch.tensor([[1.1, 1.5]]))
+    >>> terms = loss_gradient_terms(obj, logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2))
+    >>> terms["policy"], terms["kl"]
+    (tensor([[-0.5500, -0.0000]], dtype=torch.float64), tensor([[0., 0.]], dtype=torch.float64))
+    """
+    if not isinstance(objective, Objective):
+        raise TypeError(f"objective={objective!r} must be a sigma_ref.objectives.Objective")
+    m = _mask(mask)
+    shape = tuple(m.shape)
+    lp = _tokens(logp, "logp", shape)
+    olp = _tokens(old_logp, "old_logp", shape)
+    adv = torch.as_tensor(advantages).detach().cpu().to(torch.float64)
+    if tuple(adv.shape) == (shape[0],):
+        adv = adv[:, None].expand(shape)
+    elif tuple(adv.shape) != shape:
+        raise ValueError(
+            f"advantages has shape {tuple(adv.shape)}; pass [N] = ({shape[0]},) or [N, T] = {shape} like mask"
+        )
+    for name, x in (("logp", lp), ("old_logp", olp), ("advantages", adv)):
+        if not bool(torch.isfinite(x[m.bool()]).all()):
+            raise ValueError(f"{name} contains a NaN or infinity on an unmasked token; pass finite values")
+    w = aggregation_weights(m, objective.aggregation, constant=objective.constant)
+    if objective.tis_cap is None:
+        rho = m
+    else:
+        if rollout_logp is None:
+            raise ValueError(
+                f"tis_cap={objective.tis_cap} needs rollout_logp= (the rollout engine's log-probs)"
+            )
+        rho = importance_weights(
+            olp, rollout_logp, m, cap=objective.tis_cap, level=objective.tis_level, mode=objective.tis_mode
+        )
+    lo, hi = objective.clip_range
+    log_ratio = (lp - olp) * m
+    if objective.kind == "ppo":
+        r = torch.exp(log_ratio)
+        inside = torch.where(adv > 0, r <= hi, r >= lo)
+        if objective.dual_clip is not None:
+            inside = inside & ~((adv < 0) & (r > objective.dual_clip))
+        grad = -w * rho * adv * r * inside
+    elif objective.kind == "gspo":
+        length = m.sum(-1, keepdim=True).clamp(min=1)
+        s = torch.exp(log_ratio.sum(-1, keepdim=True) / length)
+        inside = torch.where(adv > 0, s <= hi, s >= lo)
+        row = (w * rho * adv * s * inside).sum(-1, keepdim=True)
+        grad = -(m / length) * row
+    else:
+        r = torch.exp(log_ratio)
+        grad = -w * rho * r.clamp(min=lo, max=hi) * adv
+    if objective.kl is not None and objective.kl_placement == "loss" and objective.kl_coef != 0:
+        if ref_logp is None:
+            raise ValueError(
+                f"kl={objective.kl!r} in the loss needs ref_logp= (the reference policy's log-probs)"
+            )
+        _, slope = kl_estimate(lp, _tokens(ref_logp, "ref_logp", shape), objective.kl)
+        kl = objective.kl_coef * w * slope * m
+    else:
+        kl = torch.zeros_like(m)
+    return {"policy": grad * m, "kl": kl}
+
+
+def loss_gradient(
+    objective: Objective,
+    logp: Any,
+    old_logp: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    ref_logp: Any = None,
+    rollout_logp: Any = None,
+) -> torch.Tensor:
+    """``dL/dlogp_it [N, T]``: the gradient of the declared loss in each token's log-probability.
+
+    The sum of :func:`loss_gradient_terms` (its docstring states each objective's formula):
+    ``grad_theta L = sum_it dL/dlogp_it * grad log pi(y_it)``, and torch autograd of a correct
+    implementation with ``logp`` as a leaf returns exactly this array. PPO with
+    ``r = exp(logp - old_logp)``, ``A > 0`` and token-mean: ``-A r / N_tok`` inside the clip,
+    0 above ``1 + eps_high``.
+
+    >>> obj = Objective("ppo", eps_low=0.2)
+    >>> logp = torch.log(torch.tensor([[1.1, 1.5]]))
+    >>> loss_gradient(obj, logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2))
+    tensor([[-0.5500, -0.0000]], dtype=torch.float64)
+    """
+    terms = loss_gradient_terms(
+        objective, logp, old_logp, advantages, mask, ref_logp=ref_logp, rollout_logp=rollout_logp
+    )
+    return terms["policy"] + terms["kl"]
