@@ -223,7 +223,7 @@ class ScaleoutReport:
 
     results: tuple[ScaleoutResult, ...]
     world_size: int
-    micro_batches: int
+    micro_batches: tuple[int, ...]
     backend: str
     seconds: float
 
@@ -235,8 +235,8 @@ class ScaleoutReport:
     def summary(self) -> str:
         """The report as printed by the CLI."""
         head = (
-            f"scale-out W={self.world_size} M={self.micro_batches} ({self.backend}, {self.seconds:.1f} s): "
-            + ("PASS" if self.passed else "FAIL")
+            f"scale-out W={self.world_size} M={','.join(map(str, self.micro_batches))} "
+            f"({self.backend}, {self.seconds:.1f} s): " + ("PASS" if self.passed else "FAIL")
         )
         return "\n".join([head, *(r.line() for r in self.results)])
 
@@ -623,7 +623,7 @@ def _analyse(
     batch: _Batch,
     *,
     W: int,
-    M: int,
+    Ms: Sequence[int],
     split: str,
     aggregation: str | None,
     loss_scale: str,
@@ -631,8 +631,8 @@ def _analyse(
     results = []
     full = runs[(1, 1, "whole-groups")]
     g_full, a_full = np.asarray(full["grad"]), np.asarray(full["advantages"])
-    main = runs[(W, M, split)]
-    g, a = np.asarray(main["grad"]), np.asarray(main["advantages"])
+    M = max(Ms)  # the advantages are computed before micro-batching: one M is enough
+    a = np.asarray(runs[(W, M, split)]["advantages"])
     adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
 
     # advantages on the shards
@@ -663,6 +663,39 @@ def _analyse(
             )
         results.append(ScaleoutResult(prop, "FAIL", None, msg))
 
+    # the aggregation, on the full batch
+    matches = [mode for mode in AGGREGATIONS if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL]
+    detected = (
+        f"detected on the full batch: {matches[0]}"
+        if matches
+        else "the full batch matches none of the five modes"
+    )
+    if aggregation is None:
+        results.append(
+            ScaleoutResult("scaleout_aggregation", "NOTE", None, f"no aggregation declared; {detected}")
+        )
+    for M in Ms:
+        results += _per_split(
+            runs, batch, g_full, a_full, W, M, split, aggregation, loss_scale, adv_ok, detected
+        )
+    return results
+
+
+def _per_split(
+    runs: dict,
+    batch: _Batch,
+    g_full: np.ndarray,
+    a_full: np.ndarray,
+    W: int,
+    M: int,
+    split: str,
+    aggregation: str | None,
+    loss_scale: str,
+    adv_ok: bool,
+    detected: str,
+) -> list[ScaleoutResult]:
+    results = []
+    g = np.asarray(runs[(W, M, split)]["grad"])
     # (a) the split gradient against the same code's full-batch gradient
     prop = f"scaleout_gradient[W={W},M={M}]"
     c, resid, err = _fit(g, g_full)
@@ -686,21 +719,11 @@ def _analyse(
             )
         )
 
-    # (b) against the prediction under the declared (or detected) aggregation
-    matches = [mode for mode in AGGREGATIONS if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL]
-    detected = (
-        f"detected on the full batch: {matches[0]}"
-        if matches
-        else "the full batch matches none of the five modes"
-    )
-    if aggregation is None:
-        results.append(
-            ScaleoutResult("scaleout_aggregation", "NOTE", None, f"no aggregation declared; {detected}")
-        )
-    else:
+    # (b) against the prediction under the declared aggregation
+    if aggregation is not None:
         pred = _prediction(batch, a_full, aggregation)
         cp, rp, ep = _fit(g, pred)
-        prop = f"scaleout_prediction[{aggregation}]"
+        prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
         if ep <= _RTOL:
             results.append(
                 ScaleoutResult(
@@ -845,7 +868,7 @@ def run_scaleout(
     *,
     layout: str | None = None,
     world_size: int = 2,
-    micro_batches: int = 2,
+    micro_batches: int | Sequence[int] = 2,
     split: str = "whole-groups",
     aggregation: str | None = None,
     loss_scale: str = "none",
@@ -857,6 +880,7 @@ def run_scaleout(
 
     ``advantages_target``/``loss_target``: ``pkg.module:attr`` strings (child processes import
     them; an :class:`~sigma_ref.conformance.Adapter` may carry the loss and layout).
+    ``micro_batches``: M, or several (``(1, 2, 3)``: one verdict each, in the same processes).
     ``split``: ``whole-groups`` or ``split-groups`` (then only layout ``index`` fits).
     ``aggregation``: the declared mode (one of :data:`AGGREGATIONS`) or None to detect.
     ``loss_scale``: ``none`` or ``mean-over-micro-batches`` (module doc). A hung or crashed
@@ -864,11 +888,19 @@ def run_scaleout(
 
     Performance: one check starts W processes once (torch import, ~2-4 s each) and runs every
     configuration it needs in them: (1, 1), (W, M) and the probes (1, M), (1, M + 1), (W, 1).
+
+    >>> report = run_scaleout("sigma_ref.conformance.scaleout:oracle_advantages",
+    ...                       "sigma_ref.conformance.scaleout:oracle_loss", layout="index",
+    ...                       aggregation="token-mean", world_size=2, micro_batches=2)  # doctest: +SKIP
+    >>> report.passed  # doctest: +SKIP
+    True
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be a positive int")
-    if not isinstance(micro_batches, int) or micro_batches < 1:
-        raise ValueError(f"micro_batches={micro_batches!r} must be a positive int")
+    Ms = (micro_batches,) if isinstance(micro_batches, int) else tuple(micro_batches)
+    if not Ms or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in Ms):
+        raise ValueError(f"micro_batches={micro_batches!r} must be a positive int or a sequence of them")
+    Ms = tuple(sorted(set(Ms)))
     if split not in SPLITS:
         raise ValueError(f"split={split!r} must be one of {SPLITS}")
     if loss_scale not in LOSS_SCALES:
@@ -881,28 +913,32 @@ def run_scaleout(
                 f"{name}={target!r} must be a 'pkg.module:attr' string: the ranks are separate processes "
                 "that import it"
             )
-    _, layout, _ = _resolve(advantages_target, layout, loss_target)  # fail fast, in the caller's process
+    adv_fn, layout, loss_fn = _resolve(advantages_target, layout, loss_target)  # fail fast, here
     if split == "split-groups" and layout != "index":
         raise ValueError(
             f"split='split-groups' needs layout 'index' (a {layout!r} function cannot receive part "
             "of a group)"
         )
+    _declared(loss_fn, 4, list(GLOBALS), "the loss")
+    _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
     batch = _design_batch(seed, _n_groups(world_size))
     per_rank = min(len(_shard_rows(batch, world_size, r, split)) for r in range(world_size))
-    if micro_batches > per_rank:
+    if max(Ms) > per_rank:
         raise ValueError(
-            f"micro_batches={micro_batches} exceeds the {per_rank} responses a rank holds at "
+            f"micro_batches={max(Ms)} exceeds the {per_rank} responses a rank holds at "
             f"world_size={world_size}; use at most {per_rank}"
         )
     backend = _backend(backend, world_size)
-    W, M = world_size, micro_batches
-    plan = [(1, 1, "whole-groups"), (W, M, split)]
-    if M > 1:
-        plan += [(1, M, "whole-groups")] + ([(1, M + 1, "whole-groups")] if M + 1 <= batch.n else [])
-    if W > 1 and M > 1:
-        plan.append((W, 1, split))
+    W = world_size
+    plan = [(1, 1, "whole-groups")]
+    for M in Ms:
+        plan.append((W, M, split))
+        if M > 1:
+            plan += [(1, M, "whole-groups")] + ([(1, M + 1, "whole-groups")] if M + 1 <= batch.n else [])
+        if W > 1 and M > 1:
+            plan.append((W, 1, split))
     if split == "split-groups":
-        plan.append((W, M, "whole-groups"))
+        plan.append((W, max(Ms), "whole-groups"))
     plan = list(dict.fromkeys(plan))
     cfg = {
         "impl": advantages_target,
@@ -917,7 +953,7 @@ def run_scaleout(
         "plan": plan,
     }
     start = time.monotonic()
-    prop = f"scaleout[W={W},M={M}]"
+    prop = f"scaleout[W={W},M={','.join(map(str, Ms))}]"
     try:
         cfg["port"] = _free_port()
         raw = _launch(cfg, W, timeout)
@@ -925,12 +961,24 @@ def run_scaleout(
         results: list[ScaleoutResult] = [ScaleoutResult(prop, "FAIL", None, str(exc.args[0]))]
     else:
         runs = {tuple(key): r for key, r in zip(plan, raw, strict=True) if r is not None}
-        results = _analyse(runs, batch, W=W, M=M, split=split, aggregation=aggregation, loss_scale=loss_scale)
-    return ScaleoutReport(tuple(results), W, M, backend, time.monotonic() - start)
+        results = _analyse(
+            runs, batch, W=W, Ms=Ms, split=split, aggregation=aggregation, loss_scale=loss_scale
+        )
+    return ScaleoutReport(tuple(results), W, Ms, backend, time.monotonic() - start)
 
 
 # ---------------------------------------------------------------------------
 # command line
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count or a list like 1,2,3") from None
+    if not all(v >= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: micro-batch counts must be >= 1")
+    return values
 
 
 def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -942,7 +990,10 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("scale-out (level 5, real torch.distributed processes)")
     g.add_argument("--world-size", type=int, metavar="W", help="data-parallel ranks (starts W processes)")
     g.add_argument(
-        "--micro-batches", type=int, metavar="M", help="micro-batches per rank (gradient accumulation)"
+        "--micro-batches",
+        type=_counts,
+        metavar="M",
+        help="micro-batches per rank (gradient accumulation); several as 1,2,3",
     )
     g.add_argument(
         "--split", choices=SPLITS, default="whole-groups", help="how groups are sharded over ranks"
