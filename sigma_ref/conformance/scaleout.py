@@ -179,7 +179,7 @@ def oracle_loss(
         )
     w = aggregation_weights(
         aggregation, mask, num_tokens=global_num_tokens, num_seqs=global_num_seqs, horizon=horizon
-    )
+    ).to(logp.dtype)
     ratio = torch.exp(logp - old_logp)
     adv = advantages.reshape(-1, 1).to(logp.dtype)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 0.8, 1.2) * adv)
@@ -395,7 +395,7 @@ def _worker(config_path: str, rank: int) -> int:
             init_method=f"tcp://127.0.0.1:{cfg['port']}",
             rank=rank,
             world_size=W,
-            timeout=datetime.timedelta(seconds=cfg["timeout"]),
+            timeout=datetime.timedelta(seconds=2 * cfg["timeout"]),  # the parent's deadline comes first
         )
         solo = dist.new_group([0])  # every rank must create it; only rank 0 uses it (W = 1 runs)
         batch = _design_batch(cfg["seed"], _n_groups(W))
@@ -551,7 +551,13 @@ def _launch(cfg: dict, world_size: int, timeout: float) -> list[dict | None]:
             codes = [p.poll() for p in procs]
             crashed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if crashed:
-                r = crashed[0]
+                time.sleep(0.3)  # let a peer's error land too, then blame the first one written
+                errors = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"error.{r}"))]
+                r = min(
+                    errors,
+                    key=lambda k: os.path.getmtime(os.path.join(workdir, f"error.{k}")),
+                    default=crashed[0],
+                )
                 _kill(procs)
                 detail = _read(os.path.join(workdir, f"error.{r}")) or _read(
                     os.path.join(workdir, f"log.{r}")
