@@ -107,6 +107,74 @@ def test_bad_arguments_fail_before_any_process_starts(
     assert started == []
 
 
+def _synthetic(factors: dict[tuple[int, int], float], *, mode: str = "token-mean") -> dict:
+    """Runs whose gradient at (w, m) is ``factors[(w, m)]`` (default 1) times the full batch's.
+
+    Only the analysis is under test here; the processes are tested below.
+    """
+    batch = scaleout._design_batch(0, 4)
+    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
+    g = scaleout._prediction(batch, adv, mode)
+    keys = [(1, 1), (2, 2), (1, 2), (1, 3), (2, 1)]
+    runs = {
+        (w, m, "whole-groups"): {"grad": g * factors.get((w, m), 1.0), "advantages": adv} for w, m in keys
+    }
+    return {"runs": runs, "batch": batch}
+
+
+@pytest.mark.parametrize(
+    ("factors", "loss_scale", "words"),
+    [
+        ({(2, 2): 0.5, (1, 2): 0.5, (1, 3): 1 / 3}, "mean-over-micro-batches", "shrinks as 1/M"),
+        ({(2, 2): 2.0, (1, 2): 2.0, (1, 3): 3.0}, "none", "it grows as M"),
+        ({(2, 2): 0.5, (2, 1): 0.5}, "none", "world size not applied: the rank-averaged gradient is 0.5x"),
+        (
+            {(2, 2): 1.7, (2, 1): 1.7},
+            "none",
+            "token count not gathered across ranks: the rank-averaged gradient is 1.7x",
+        ),
+        ({(2, 2): 0.8}, "none", "the normaliser depends on ranks and micro-batches jointly"),
+    ],
+)
+def test_diagnosis_names_the_class_the_probes_show(factors: dict, loss_scale: str, words: str) -> None:
+    s = _synthetic(factors)
+    results = scaleout._analyse(
+        s["runs"],
+        s["batch"],
+        W=2,
+        Ms=(2,),
+        split="whole-groups",
+        aggregation="token-mean",
+        loss_scale=loss_scale,
+    )
+    by_name = {r.property: r for r in results}
+    grad = by_name["scaleout_gradient[W=2,M=2]"]
+    assert grad.verdict == "FAIL" and words in grad.message, grad.message
+    assert grad.factor == pytest.approx(factors[(2, 2)], rel=1e-12)
+    assert by_name["scaleout_prediction[token-mean,W=2,M=2]"].verdict == "FAIL"
+
+
+def test_undeclared_aggregation_is_detected_and_noted() -> None:
+    s = _synthetic({}, mode="seq-mean-token-mean")
+    results = scaleout._analyse(
+        s["runs"], s["batch"], W=2, Ms=(2,), split="whole-groups", aggregation=None, loss_scale="none"
+    )
+    assert [r.verdict for r in results] == ["PASS", "NOTE", "PASS"]
+    assert "detected on the full batch: seq-mean-token-mean" in results[1].message
+    declared = scaleout._analyse(
+        s["runs"], s["batch"], W=2, Ms=(2,), split="whole-groups", aggregation="token-mean", loss_scale="none"
+    )
+    assert "the loss does not aggregate as declared" in declared[-1].message
+    assert "detected on the full batch: seq-mean-token-mean" in declared[-1].message
+
+
+def test_an_adapter_brings_its_layout_and_loss() -> None:
+    from tests.gallery.correct import dapo_adapter, token_mean_loss
+
+    adv, layout, loss = scaleout._resolve("tests.gallery.correct:dapo_adapter", None, None)
+    assert (adv, layout, loss) == (dapo_adapter.advantages, "contiguous", token_mean_loss)
+
+
 # ---------------------------------------------------------------------------
 # real processes, fast tier
 
