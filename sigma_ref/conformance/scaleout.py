@@ -895,11 +895,12 @@ def run_scaleout(
     Performance: one check starts W processes once (torch import, ~2-4 s each) and runs every
     configuration it needs in them: (1, 1), (W, M) and the probes (1, M), (1, M + 1), (W, 1).
 
-    >>> report = run_scaleout("sigma_ref.conformance.scaleout:oracle_advantages",
-    ...                       "sigma_ref.conformance.scaleout:oracle_loss", layout="index",
-    ...                       aggregation="token-mean", world_size=2, micro_batches=2)  # doctest: +SKIP
-    >>> report.passed  # doctest: +SKIP
-    True
+    Example (starts two processes, a few seconds)::
+
+        report = run_scaleout("sigma_ref.conformance.scaleout:oracle_advantages",
+                              "sigma_ref.conformance.scaleout:oracle_loss", layout="index",
+                              aggregation="token-mean", world_size=2, micro_batches=(1, 2, 3))
+        assert report.passed, report.summary()
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be a positive int")
