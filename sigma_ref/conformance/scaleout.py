@@ -962,8 +962,14 @@ def run_scaleout(
     start = time.monotonic()
     prop = f"scaleout[W={W},M={','.join(map(str, Ms))}]"
     try:
-        cfg["port"] = _free_port()
-        raw = _launch(cfg, W, timeout)
+        for attempt in range(3):  # another program may take the free port before rank 0 binds it
+            cfg["port"] = _free_port()
+            try:
+                raw = _launch(cfg, W, timeout)
+                break
+            except _RunError as exc:
+                if attempt == 2 or "address already in use" not in str(exc.args[1]).lower():
+                    raise
     except _RunError as exc:
         results: list[ScaleoutResult] = [ScaleoutResult(prop, "FAIL", None, str(exc.args[0]))]
     else:
