@@ -1,0 +1,1095 @@
+"""Level 5: the same gradient under micro-batches, gradient accumulation and data-parallel ranks.
+
+The check runs the implementation on real ``torch.distributed`` processes (gloo on CPU,
+nccl when every rank has a CUDA device), never on ranks simulated in one process:
+
+1. W worker processes start (``subprocess``, one session each, a free TCP port), build the
+   same designed batch (a small softmax policy over a vocabulary, responses of different
+   lengths under a padding mask, binary and continuous rewards, several groups) and shard it
+   over ranks: whole groups per rank (``split="whole-groups"``), or every group dealt across
+   the ranks (``split="split-groups"``).
+2. Each rank calls the advantage function on its shard, cuts its shard into M micro-batches,
+   calls the loss on each with the global quantities it declares (:data:`GLOBALS`), and
+   calls ``backward()`` per micro-batch, as trainers accumulate gradients. The gradients are
+   then averaged over ranks as DDP does: ``all_reduce(SUM) / W``.
+3. Rank 0's gradient is compared with (a) the single-process full-batch gradient of the same
+   code (W = 1, M = 1) and (b) the prediction ``-sum_it w_it A_i grad log pi(y_it)`` under the
+   declared aggregation with global normalisers (``w_it`` from :func:`aggregation_weights`).
+
+**Scaling convention** (``loss_scale``): with ``"none"`` (the default) the harness adds the
+micro-batch gradients as they are, so the loss must normalise globally itself (verl's
+``agg_loss`` with ``batch_num_tokens``/``global_batch_size``); with
+``"mean-over-micro-batches"`` the harness divides each micro-batch loss by M first, as the
+Hugging Face Trainer does without ``num_items_in_batch``. In both, gradients are averaged over
+ranks, so a loss whose pieces should add up to the global loss multiplies by the world size
+(verl's ``* dp_size``, the Trainer's ``* num_processes``).
+
+**Globals** (:data:`GLOBALS`): a loss ``loss(logp, old_logp, advantages, mask, **globals)``
+gets exactly the keyword arguments its signature names; an advantage function may ask for
+``process_group``, ``rank`` and ``world_size``. ``docs/scaleout.md`` documents the protocol
+with verl's and TRL's normalisers as examples.
+
+A failure names the bug class with the measured factor ``c`` (the least-squares fit of the
+split gradient as ``c`` times the full-batch gradient), after probes at other (W, M) confirm
+the cause: ``normaliser computed per micro-batch: the accumulated gradient is 0.50x the
+full-batch gradient at M = 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .adapter import LAYOUTS, Adapter, load_object
+
+__all__ = [
+    "AGGREGATIONS",
+    "GLOBALS",
+    "LOSS_SCALES",
+    "SPLITS",
+    "ScaleoutResult",
+    "ScaleoutReport",
+    "aggregation_weights",
+    "oracle_advantages",
+    "oracle_loss",
+    "run_scaleout",
+    "add_scaleout_arguments",
+    "run_from_args",
+    "main",
+]
+
+#: verl's loss_agg_mode names (the five modes of SPEC section 7 level 2).
+AGGREGATIONS: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+    "token-sum",
+)
+LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
+SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
+
+#: What the harness can pass to a loss (by keyword, only the names its signature declares).
+GLOBALS: dict[str, str] = {
+    "global_num_tokens": "unmasked tokens in the whole batch (all ranks, all micro-batches)",
+    "global_num_seqs": "responses with at least one unmasked token in the whole batch",
+    "rank_num_tokens": "unmasked tokens in this rank's shard (all its micro-batches)",
+    "rank_num_seqs": "responses in this rank's shard",
+    "micro_num_tokens": "unmasked tokens in this micro-batch",
+    "micro_num_seqs": "responses in this micro-batch",
+    "horizon": "the padded response length T of the batch (seq-mean-token-sum-norm's constant)",
+    "world_size": "W, the number of data-parallel ranks",
+    "dp_size": "W again, under verl's name",
+    "rank": "this process's rank in process_group",
+    "micro_batches": "M, the micro-batches per rank per optimiser step",
+    "micro_batch_index": "which micro-batch this is, 0 .. M - 1",
+    "process_group": "the torch.distributed group of the W ranks (for losses that all-reduce)",
+    "aggregation": "the declared aggregation mode, or None",
+}
+#: What the harness can pass to an advantage function.
+ADVANTAGE_GLOBALS: tuple[str, ...] = ("process_group", "rank", "world_size", "dp_size")
+
+_RTOL = 1e-8  # float64 throughout: only summation order separates a correct split from the full batch
+
+
+# ---------------------------------------------------------------------------
+# the prediction
+
+
+def aggregation_weights(
+    mode: str, mask: torch.Tensor, *, num_tokens: float, num_seqs: float, horizon: float
+) -> torch.Tensor:
+    """Per-token weights ``w_it`` of the loss ``-sum_it w_it A_i log pi(y_it)``, global normalisers.
+
+    ``num_tokens``, ``num_seqs``: unmasked tokens and responses of the *whole* batch (every
+    rank and micro-batch); ``horizon``: the constant of ``seq-mean-token-sum-norm``.
+
+    ===========================  ================================
+    ``token-mean``               ``mask_it / num_tokens``
+    ``seq-mean-token-mean``      ``mask_it / (num_seqs * |y_i|)``
+    ``seq-mean-token-sum``       ``mask_it / num_seqs``
+    ``seq-mean-token-sum-norm``  ``mask_it / horizon``
+    ``token-sum``                ``mask_it``
+    ===========================  ================================
+
+    Private stand-in for the oracle's aggregation weights (``sigma_ref.objectives``): the
+    lead switches this to the oracle's helper when merging.
+
+    >>> m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    >>> aggregation_weights("seq-mean-token-mean", m, num_tokens=3, num_seqs=2, horizon=3).tolist()
+    [[0.25, 0.25, 0.0], [0.5, 0.0, 0.0]]
+    """
+    m = mask.to(torch.float64)
+    if mode == "token-mean":
+        return m / num_tokens
+    if mode == "seq-mean-token-mean":
+        return m / (num_seqs * m.sum(-1, keepdim=True).clamp(min=1.0))
+    if mode == "seq-mean-token-sum":
+        return m / num_seqs
+    if mode == "seq-mean-token-sum-norm":
+        return m / horizon
+    if mode == "token-sum":
+        return m
+    raise ValueError(f"aggregation={mode!r} is not a loss aggregation; use one of {AGGREGATIONS}")
+
+
+def oracle_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    aggregation: str | None,
+    global_num_tokens: int,
+    global_num_seqs: int,
+    horizon: int,
+    world_size: int,
+) -> torch.Tensor:
+    """The reference loss for a piece of the batch: ``W * sum_piece w_it l_it`` (clip 0.2).
+
+    ``l_it = -min(r_it A_i, clip(r_it, 0.8, 1.2) A_i)``, ``w_it`` from
+    :func:`aggregation_weights` with the global counts: the pieces' losses add up to the
+    full-batch loss, and the factor W undoes DDP's average (``loss_scale="none"``).
+
+    >>> lp = torch.zeros(1, 2, requires_grad=True)
+    >>> oracle_loss(lp, lp.detach(), torch.tensor([1.0]), torch.ones(1, 2), aggregation="token-mean",
+    ...             global_num_tokens=4, global_num_seqs=2, horizon=2, world_size=1)
+    tensor(-0.5000, grad_fn=<MulBackward0>)
+    """
+    if aggregation is None:
+        raise ValueError(
+            "oracle_loss needs a declared aggregation: pass aggregation=one of " + str(AGGREGATIONS)
+        )
+    w = aggregation_weights(
+        aggregation, mask, num_tokens=global_num_tokens, num_seqs=global_num_seqs, horizon=horizon
+    ).to(logp.dtype)
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.reshape(-1, 1).to(logp.dtype)
+    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 0.8, 1.2) * adv)
+    return (per_token * w).sum() * world_size
+
+
+@torch.no_grad()
+def oracle_advantages(rewards: torch.Tensor, index: Any) -> torch.Tensor:
+    """The oracle's GRPO advantages (paper convention), layout ``index``: ``(R - mu_g) / sigma_g``."""
+    from ..advantages import grpo_advantage
+
+    return grpo_advantage(rewards, index=np.asarray(index))
+
+
+# ---------------------------------------------------------------------------
+# results
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleoutResult:
+    """One level-5 property's outcome.
+
+    ``property``: e.g. ``scaleout_gradient[W=2,M=2]``; ``verdict``: ``PASS``, ``FAIL`` or
+    ``NOTE``; ``factor``: the measured ``c`` (split gradient = ``c`` x reference), or None;
+    ``message``: what was measured, and for a FAIL the bug class.
+    """
+
+    property: str
+    verdict: str
+    factor: float | None
+    message: str
+
+    def line(self) -> str:
+        """One line for a report."""
+        return f"{self.verdict:4} {self.property}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleoutReport:
+    """The results of one :func:`run_scaleout` call, its backend and its wall time."""
+
+    results: tuple[ScaleoutResult, ...]
+    world_size: int
+    micro_batches: tuple[int, ...]
+    backend: str
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        """True when no property failed."""
+        return all(r.verdict != "FAIL" for r in self.results)
+
+    def summary(self) -> str:
+        """The report as printed by the CLI."""
+        head = (
+            f"scale-out W={self.world_size} M={','.join(map(str, self.micro_batches))} "
+            f"({self.backend}, {self.seconds:.1f} s): " + ("PASS" if self.passed else "FAIL")
+        )
+        return "\n".join([head, *(r.line() for r in self.results)])
+
+
+# ---------------------------------------------------------------------------
+# the designed batch (built identically in every process from the seed)
+
+_G, _T, _V, _D = 6, 8, 6, 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    rewards: np.ndarray  # [N] float64
+    index: np.ndarray  # [N] int64, contiguous groups of _G
+    mask: np.ndarray  # [N, T] float64
+    feats: np.ndarray  # [N, T, V, D]
+    tokens: np.ndarray  # [N, T]
+    theta: np.ndarray  # [D]
+
+    @property
+    def n(self) -> int:
+        return int(self.rewards.shape[0])
+
+
+def _design_batch(seed: int, n_groups: int) -> _Batch:
+    rng = np.random.default_rng(seed)
+    rewards = []
+    for g in range(n_groups):
+        if g % 2 == 0:  # binary, k = 2 or G - 1 correct (never silent)
+            k = 2 if g % 4 == 0 else _G - 1
+            r = np.zeros(_G)
+            r[rng.permutation(_G)[:k]] = 1.0
+        else:  # continuous
+            r = rng.uniform(-1.0, 2.0, size=_G)
+        rewards.append(r)
+    n = n_groups * _G
+    lengths = rng.integers(1, _T + 1, size=n)
+    lengths[0], lengths[1] = 1, _T  # the extremes: one token, the full padded length
+    mask = (np.arange(_T)[None, :] < lengths[:, None]).astype(np.float64)
+    return _Batch(
+        rewards=np.concatenate(rewards),
+        index=np.repeat(np.arange(n_groups), _G),
+        mask=mask,
+        feats=rng.normal(size=(n, _T, _V, _D)),
+        tokens=rng.integers(0, _V, size=(n, _T)),
+        theta=rng.normal(scale=0.5, size=_D),
+    )
+
+
+def _n_groups(world_size: int) -> int:
+    return 4 * math.ceil(world_size / 4)
+
+
+def _token_logp(theta: torch.Tensor, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``log pi(y_it)`` of the softmax policy ``logits = feats @ theta`` over the vocabulary."""
+    return torch.log_softmax(feats @ theta, dim=-1).gather(-1, tokens[..., None])[..., 0]
+
+
+def _shard_rows(batch: _Batch, world_size: int, rank: int, split: str) -> np.ndarray:
+    """Rows of ``rank``: a block of whole groups, or every group's members dealt round-robin."""
+    if split == "whole-groups":
+        groups = np.array_split(np.arange(int(batch.index.max()) + 1), world_size)[rank]
+        return np.flatnonzero(np.isin(batch.index, groups))
+    position = np.arange(batch.n) % _G
+    return np.flatnonzero(position % world_size == rank)
+
+
+# ---------------------------------------------------------------------------
+# calling the implementation
+
+
+def _declared(fn: Callable[..., Any], n_positional: int, vocabulary: Sequence[str], what: str) -> list[str]:
+    """The vocabulary names ``fn`` declares; an unknown required parameter raises TypeError."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    wanted, rest = [], params[n_positional:]
+    for p in rest:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in vocabulary:
+            wanted.append(p.name)
+        elif p.default is p.empty:
+            raise TypeError(
+                f"{what} has a required parameter {p.name!r} the harness cannot fill; the scale-out "
+                f"check passes only these by keyword: {', '.join(vocabulary)} (give {p.name!r} a default)"
+            )
+    return wanted
+
+
+def _resolve(impl: str | Any, layout: str | None, loss: str | Any | None) -> tuple[Any, str, Any]:
+    obj = load_object(impl) if isinstance(impl, str) else impl
+    if isinstance(obj, Adapter):
+        layout = layout or obj.layout
+        loss = loss if loss is not None else obj.loss
+        obj = obj.advantages
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}: how the advantage function is called")
+    if loss is None:
+        raise ValueError("the scale-out check needs a loss: pass --loss pkg.module:attr")
+    loss_fn = load_object(loss, "--loss") if isinstance(loss, str) else loss
+    if not callable(obj) or not callable(loss_fn):
+        raise TypeError(f"advantages {obj!r} and loss {loss_fn!r} must be callable")
+    return obj, layout, loss_fn
+
+
+def _call_advantages(
+    fn: Any, layout: str, rewards: torch.Tensor, index: np.ndarray, kw: dict
+) -> torch.Tensor:
+    if layout == "index":
+        out = fn(rewards, index.copy(), **kw)
+    elif layout == "contiguous":
+        out = fn(rewards, _G, **kw)
+    else:
+        out = fn(rewards.reshape(-1, _G), **kw)
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if isinstance(out, np.ndarray):
+        out = torch.from_numpy(out)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the advantage function returned {type(out).__name__}, but should return a Tensor")
+    return out.detach().reshape(-1).to(torch.float64)
+
+
+# ---------------------------------------------------------------------------
+# the worker (one per rank)
+
+
+def _worker(config_path: str, rank: int) -> int:
+    """Entry point of one rank: run every configuration of the plan, write rank 0's results."""
+    with open(config_path, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    workdir = os.path.dirname(config_path)
+    progress = os.path.join(workdir, f"progress.{rank}")
+
+    def say(stage: str) -> None:
+        with open(progress, "w", encoding="utf-8") as fh:
+            fh.write(stage)
+
+    try:
+        import datetime
+
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        W, backend = cfg["world_size"], cfg["backend"]
+        device = torch.device(
+            f"cuda:{rank % max(1, torch.cuda.device_count())}" if backend == "nccl" else "cpu"
+        )
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        say("init_process_group")
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{cfg['port']}",
+            rank=rank,
+            world_size=W,
+            timeout=datetime.timedelta(seconds=2 * cfg["timeout"]),  # the parent's deadline comes first
+        )
+        solo = dist.new_group([0])  # every rank must create it; only rank 0 uses it (W = 1 runs)
+        batch = _design_batch(cfg["seed"], _n_groups(W))
+        adv_fn, layout, loss_fn = _resolve(cfg["impl"], cfg["layout"], cfg["loss"])
+        loss_kw = _declared(loss_fn, 4, list(GLOBALS), "the loss")
+        adv_kw = _declared(
+            adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function"
+        )
+        feats = torch.tensor(batch.feats, device=device)
+        tokens = torch.tensor(batch.tokens, device=device)
+        mask = torch.tensor(batch.mask, device=device)
+        rewards = torch.tensor(batch.rewards, device=device)
+        totals = {
+            "global_num_tokens": int(batch.mask.sum()),
+            "global_num_seqs": int((batch.mask.sum(-1) > 0).sum()),
+            "horizon": _T,
+        }
+        results = []
+        for w, m, split in cfg["plan"]:
+            group = dist.group.WORLD if w == W else solo
+            if rank >= w:
+                results.append(None)
+                continue
+            tag = f"W={w}, M={m}, {split}"
+            rows = _shard_rows(batch, w, rank, split)
+            rows_t = torch.tensor(rows, device=device)
+            say(f"the advantage function at {tag}")
+            env = {"process_group": group, "rank": rank, "world_size": w, "dp_size": w}
+            adv = _call_advantages(
+                adv_fn, layout, rewards[rows_t], batch.index[rows], {k: env[k] for k in adv_kw}
+            ).to(device)
+            if adv.shape != (len(rows),):
+                raise ValueError(
+                    f"the advantage function returned shape {tuple(adv.shape)} for {len(rows)} rewards "
+                    f"at {tag}"
+                )
+            theta = torch.tensor(batch.theta, device=device, requires_grad=True)
+            pieces = np.array_split(np.arange(len(rows)), m)
+            env.update(totals, micro_batches=m, aggregation=cfg["aggregation"])
+            env.update(rank_num_tokens=int(batch.mask[rows].sum()), rank_num_seqs=len(rows))
+            for j, piece in enumerate(pieces):
+                r = rows_t[torch.tensor(piece, device=device)]
+                logp = _token_logp(theta, feats[r], tokens[r])
+                env.update(
+                    micro_batch_index=j,
+                    micro_num_tokens=int(batch.mask[rows[piece]].sum()),
+                    micro_num_seqs=len(piece),
+                )
+                say(f"the loss at {tag}, micro-batch {j}")
+                out = loss_fn(
+                    logp,
+                    logp.detach(),
+                    adv[torch.tensor(piece, device=device)],
+                    mask[r],
+                    **{k: env[k] for k in loss_kw},
+                )
+                value = out[0] if isinstance(out, (tuple, list)) else out
+                if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                    raise TypeError(f"the loss returned {value!r} at {tag}; it should return a scalar Tensor")
+                if cfg["loss_scale"] == "mean-over-micro-batches":
+                    value = value / m
+                value.reshape(()).backward()
+            say(f"all_reduce of the gradients at {tag}")
+            grad = theta.grad if theta.grad is not None else torch.zeros_like(theta)
+            dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=group)
+            grad = grad / w
+            full_adv = torch.zeros(batch.n, dtype=torch.float64, device=device)
+            full_adv[rows_t] = adv
+            dist.all_reduce(full_adv, op=dist.ReduceOp.SUM, group=group)
+            results.append({"grad": grad.cpu().tolist(), "advantages": full_adv.cpu().tolist()})
+        say("barrier")
+        dist.barrier()
+        if rank == 0:
+            tmp = os.path.join(workdir, "results.json.tmp")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(results, fh)
+            os.replace(tmp, os.path.join(workdir, "results.json"))
+        say("done")
+        dist.destroy_process_group()
+        return 0
+    except BaseException:
+        with open(os.path.join(workdir, f"error.{rank}"), "w", encoding="utf-8") as fh:
+            fh.write(traceback.format_exc())
+        return 1
+
+
+# ---------------------------------------------------------------------------
+# the parent: processes, time-outs, clean-up
+
+
+class _RunError(Exception):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _kill(procs: Sequence[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # each rank leads its own session
+            except (ProcessLookupError, PermissionError):
+                p.kill()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            pass
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _launch(cfg: dict, world_size: int, timeout: float) -> list[dict | None]:
+    """Run the plan on ``world_size`` processes; their results, or _RunError naming the rank."""
+    workdir = tempfile.mkdtemp(prefix="sigma-ref-scaleout-")
+    procs: list[subprocess.Popen] = []
+    try:
+        config_path = os.path.join(workdir, "config.json")
+        with open(config_path, "w", encoding="utf-8") as fh:
+            json.dump(cfg, fh)
+        env = dict(os.environ)
+        paths = [os.getcwd(), *(p for p in sys.path if p)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        env.setdefault("OMP_NUM_THREADS", "1")
+        code = (
+            "import sys; from sigma_ref.conformance.scaleout import _worker; "
+            "sys.exit(_worker(sys.argv[1], int(sys.argv[2])))"
+        )
+        for rank in range(world_size):
+            log = open(os.path.join(workdir, f"log.{rank}"), "w", encoding="utf-8")
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", code, config_path, str(rank)],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+            log.close()
+        deadline = time.monotonic() + timeout
+        while True:
+            codes = [p.poll() for p in procs]
+            crashed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if crashed:
+                time.sleep(0.3)  # let a peer's error land too, then blame the first one written
+                errors = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"error.{r}"))]
+                r = min(
+                    errors,
+                    key=lambda k: os.path.getmtime(os.path.join(workdir, f"error.{k}")),
+                    default=crashed[0],
+                )
+                _kill(procs)
+                detail = _read(os.path.join(workdir, f"error.{r}")) or _read(
+                    os.path.join(workdir, f"log.{r}")
+                )
+                last = detail.strip().splitlines()[-1] if detail.strip() else f"exit code {codes[r]}"
+                raise _RunError(f"rank {r} failed: {last}", detail)
+            if all(c == 0 for c in codes):
+                break
+            if time.monotonic() > deadline:
+                stages = {
+                    r: _read(os.path.join(workdir, f"progress.{r}")) or "start-up" for r in range(world_size)
+                }
+                _kill(procs)
+                where = "; ".join(f"rank {r} in {s}" for r, s in stages.items())
+                raise _RunError(
+                    f"a rank hung: no result within the timeout of {timeout:g} s ({where}); every rank was "
+                    "killed",
+                    "",
+                )
+            time.sleep(0.02)
+        with open(os.path.join(workdir, "results.json"), encoding="utf-8") as fh:
+            return json.load(fh)
+    finally:
+        _kill(procs)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# the analysis
+
+
+def _fit(g: np.ndarray, ref: np.ndarray) -> tuple[float, float, float]:
+    """``(c, residual, error)``: ``g ~ c ref`` by least squares, what c leaves, ``|g - ref|/|ref|``."""
+    rr = float(ref @ ref)
+    c = float(g @ ref) / rr if rr > 0 else float("nan")
+    resid = float(np.linalg.norm(g - c * ref) / max(np.linalg.norm(g), 1e-300))
+    err = float(np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-300))
+    return c, resid, err
+
+
+def _scale(c: float, resid: float, *, detail: bool = True) -> str:
+    """``0.5x``, or ``~2.3x (...)`` when no single factor explains the gradient."""
+    if resid <= 1e-6:
+        return f"{c:.3g}x"
+    return f"~{c:.3g}x" + (
+        f" (best scalar fit; {resid:.0%} of the gradient is not a multiple of it)" if detail else ""
+    )
+
+
+def _prediction(batch: _Batch, advantages: np.ndarray, mode: str) -> np.ndarray:
+    theta = torch.tensor(batch.theta, requires_grad=True)
+    logp = _token_logp(theta, torch.tensor(batch.feats), torch.tensor(batch.tokens))
+    mask = torch.tensor(batch.mask)
+    w = aggregation_weights(
+        mode, mask, num_tokens=float(mask.sum()), num_seqs=float((mask.sum(-1) > 0).sum()), horizon=_T
+    )
+    (-(w * torch.tensor(advantages)[:, None] * logp).sum()).backward()
+    return theta.grad.numpy()
+
+
+def _adv_gap(a: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
+    gap = np.abs(a - ref)
+    i = int(np.argmax(gap))
+    return float(gap[i]), i
+
+
+def _analyse(
+    runs: dict[tuple[int, int, str], dict],
+    batch: _Batch,
+    *,
+    W: int,
+    Ms: Sequence[int],
+    split: str,
+    aggregation: str | None,
+    loss_scale: str,
+) -> list[ScaleoutResult]:
+    results = []
+    full = runs[(1, 1, "whole-groups")]
+    g_full, a_full = np.asarray(full["grad"]), np.asarray(full["advantages"])
+    M = max(Ms)  # the advantages are computed before micro-batching: one M is enough
+    a = np.asarray(runs[(W, M, split)]["advantages"])
+    adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
+
+    # advantages on the shards
+    gap, i = _adv_gap(a, a_full)
+    adv_ok = gap <= adv_tol
+    prop = f"scaleout_advantages[{split},W={W}]"
+    if adv_ok:
+        results.append(ScaleoutResult(prop, "PASS", None, f"advantages on {W} ranks equal the full batch's"))
+    else:
+        where = f"max |A_split - A_full| = {gap:.3g} at row {i} (group {int(batch.index[i])})"
+        if split == "split-groups":
+            whole = runs.get((W, M, "whole-groups"))
+            whole_ok = whole is not None and _adv_gap(np.asarray(whole["advantages"]), a_full)[0] <= adv_tol
+            if whole_ok:
+                msg = (
+                    "group statistics computed on a rank's shard: advantages differ when a group is split "
+                    f"across ranks ({where}; with whole groups per rank they agree). Gather each group's "
+                    "statistics over process_group, or shard by whole groups and check with "
+                    "split='whole-groups'"
+                )
+            else:
+                msg = f"advantages differ on {W} ranks even with whole groups per rank ({where})"
+        else:
+            msg = (
+                "batch statistics computed on a rank's shard: with whole groups per rank the advantages "
+                f"differ from the full batch's ({where}), e.g. a batch-wide std taken per rank; gather the "
+                "rewards across ranks before normalising"
+            )
+        results.append(ScaleoutResult(prop, "FAIL", None, msg))
+
+    # the aggregation, on the full batch
+    matches = [mode for mode in AGGREGATIONS if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL]
+    detected = (
+        f"detected on the full batch: {matches[0]}"
+        if matches
+        else "the full batch matches none of the five modes"
+    )
+    if aggregation is None:
+        results.append(
+            ScaleoutResult("scaleout_aggregation", "NOTE", None, f"no aggregation declared; {detected}")
+        )
+    for M in Ms:
+        results += _per_split(
+            runs, batch, g_full, a_full, W, M, split, aggregation, loss_scale, adv_ok, detected
+        )
+    return results
+
+
+def _per_split(
+    runs: dict,
+    batch: _Batch,
+    g_full: np.ndarray,
+    a_full: np.ndarray,
+    W: int,
+    M: int,
+    split: str,
+    aggregation: str | None,
+    loss_scale: str,
+    adv_ok: bool,
+    detected: str,
+) -> list[ScaleoutResult]:
+    results = []
+    g = np.asarray(runs[(W, M, split)]["grad"])
+    # (a) the split gradient against the same code's full-batch gradient
+    prop = f"scaleout_gradient[W={W},M={M}]"
+    c, resid, err = _fit(g, g_full)
+    if err <= _RTOL:
+        results.append(
+            ScaleoutResult(
+                prop,
+                "PASS",
+                c,
+                f"the accumulated, rank-averaged gradient equals the full-batch gradient "
+                f"(rel. error {err:.1g})",
+            )
+        )
+    else:
+        results.append(
+            ScaleoutResult(
+                prop,
+                "FAIL",
+                c,
+                _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation),
+            )
+        )
+
+    # (b) against the prediction under the declared aggregation
+    if aggregation is not None:
+        pred = _prediction(batch, a_full, aggregation)
+        cp, rp, ep = _fit(g, pred)
+        prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
+        if ep <= _RTOL:
+            results.append(
+                ScaleoutResult(
+                    prop,
+                    "PASS",
+                    cp,
+                    f"equals -sum_it w_it A_i grad log pi_it with global normalisers (rel. error {ep:.1g})",
+                )
+            )
+        else:
+            cf, rf, ef = _fit(g_full, pred)
+            why = (
+                "the full-batch gradient already differs"
+                f" ({_scale(cf, rf)} the prediction; {detected}): the loss does not aggregate as declared"
+                if ef > _RTOL
+                else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
+            )
+            results.append(
+                ScaleoutResult(
+                    prop,
+                    "FAIL",
+                    cp,
+                    f"the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; {why}",
+                )
+            )
+    return results
+
+
+def _diagnose(
+    runs: dict,
+    g_full: np.ndarray,
+    W: int,
+    M: int,
+    split: str,
+    c: float,
+    resid: float,
+    adv_ok: bool,
+    loss_scale: str,
+    aggregation: str | None,
+) -> str:
+    """Name the bug class from the probes at (1, M), (1, M + 1) and (W, 1)."""
+    if not adv_ok:
+        return (
+            f"the gradient at W={W}, M={M} is {_scale(c, resid, detail=False)} the full-batch gradient "
+            "because the advantages differ (see scaleout_advantages)"
+        )
+
+    def probe(w: int, m: int) -> tuple[float, float, float] | None:
+        run = runs.get((w, m, split)) if w > 1 else runs.get((w, m, "whole-groups"))
+        return None if run is None else _fit(np.asarray(run["grad"]), g_full)
+
+    on_m = probe(1, M) if M > 1 else None
+    on_m2 = probe(1, M + 1) if M > 1 else None
+    on_w = probe(W, 1) if W > 1 else None
+    if W == 1:
+        on_m = (c, resid, 1.0)
+    if M == 1:
+        on_w = (c, resid, 1.0)
+    m_bad = on_m is not None and on_m[2] > _RTOL
+    w_bad = on_w is not None and on_w[2] > _RTOL
+    pure = lambda f: f[1] <= 1e-6  # noqa: E731
+    if m_bad:
+        trend = ""
+        if on_m2 is not None:
+            trend = f"; {_scale(on_m2[0], on_m2[1], detail=False)} at M = {M + 1}"
+            if (
+                pure(on_m)
+                and pure(on_m2)
+                and abs(on_m[0] * M - 1) < 1e-6
+                and abs(on_m2[0] * (M + 1) - 1) < 1e-6
+            ):
+                trend += ": it shrinks as 1/M"
+            elif (
+                pure(on_m)
+                and pure(on_m2)
+                and abs(on_m[0] / M - 1) < 1e-6
+                and abs(on_m2[0] / (M + 1) - 1) < 1e-6
+            ):
+                trend += ": it grows as M"
+        confirm = (
+            f" (confirmed on one rank: {_scale(on_m[0], on_m[1], detail=False)} at W = 1, M = {M}{trend}"
+        )
+        if W > 1 and w_bad:
+            confirm += (
+                f"; {_scale(on_w[0], on_w[1], detail=False)} at W = {W}, M = 1, where a rank's shard is "
+                "one micro-batch)"
+            )
+        elif W > 1:
+            confirm += f"; equal at W = {W}, M = 1)"
+        else:
+            confirm += ")"
+        hint = ""
+        if loss_scale == "mean-over-micro-batches" and pure(on_m) and abs(on_m[0] * M - 1) < 1e-6:
+            hint = (
+                ". The harness divides each micro-batch loss by M (loss_scale='mean-over-micro-batches'), "
+                "so the loss must normalise by the micro-batch's share, not by a constant"
+            )
+            if aggregation == "seq-mean-token-sum-norm":
+                hint += "; seq-mean-token-sum-norm's sum grows with the micro-batch size"
+        return (
+            "normaliser computed per micro-batch: the accumulated gradient is "
+            f"{_scale(c, resid)} the full-batch gradient at M = {M}{confirm}{hint}"
+        )
+    if w_bad:
+        confirm = (
+            f" (confirmed with one micro-batch: {_scale(on_w[0], on_w[1], detail=False)} at W = {W}, M = 1"
+        )
+        confirm += f"; equal on one rank at M = {M})" if M > 1 else ")"
+        if pure(on_w) and abs(on_w[0] * W - 1) < 1e-6:
+            return (
+                f"world size not applied: the rank-averaged gradient is {_scale(c, resid)} the full-batch "
+                f"gradient at W = {W}{confirm}. DDP divides by W; the loss must multiply by world_size "
+                "(verl's dp_size)"
+            )
+        return (
+            f"token count not gathered across ranks: the rank-averaged gradient is {_scale(c, resid)} the "
+            f"full-batch gradient at W = {W}{confirm}. Normalise by the global count (global_num_tokens, "
+            "or all-reduce rank_num_tokens over process_group)"
+        )
+    return (
+        f"the gradient at W = {W}, M = {M} is {_scale(c, resid)} the full-batch gradient, although it is "
+        f"right at W = 1, M = {M} and at W = {W}, M = 1: the normaliser depends on ranks and "
+        "micro-batches jointly"
+    )
+
+
+# ---------------------------------------------------------------------------
+# the public entry point
+
+
+def _backend(requested: str, world_size: int) -> str:
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+    if requested not in ("gloo", "nccl"):
+        raise ValueError(f"backend={requested!r} must be 'auto', 'gloo' or 'nccl'")
+    return requested
+
+
+def run_scaleout(
+    advantages_target: str | Any,
+    loss_target: str | Any | None = None,
+    *,
+    layout: str | None = None,
+    world_size: int = 2,
+    micro_batches: int | Sequence[int] = 2,
+    split: str = "whole-groups",
+    aggregation: str | None = None,
+    loss_scale: str = "none",
+    timeout: float = 120.0,
+    seed: int = 0,
+    backend: str = "auto",
+) -> ScaleoutReport:
+    """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
+
+    ``advantages_target``/``loss_target``: ``pkg.module:attr`` strings (child processes import
+    them; an :class:`~sigma_ref.conformance.Adapter` may carry the loss and layout).
+    ``micro_batches``: M, or several (``(1, 2, 3)``: one verdict each, in the same processes).
+    ``split``: ``whole-groups`` or ``split-groups`` (then only layout ``index`` fits).
+    ``aggregation``: the declared mode (one of :data:`AGGREGATIONS`) or None to detect.
+    ``loss_scale``: ``none`` or ``mean-over-micro-batches`` (module doc). A hung or crashed
+    rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
+
+    Performance: one check starts W processes once (torch import, ~2-4 s each) and runs every
+    configuration it needs in them: (1, 1), (W, M) and the probes (1, M), (1, M + 1), (W, 1).
+
+    Example (starts two processes, a few seconds)::
+
+        report = run_scaleout("sigma_ref.conformance.scaleout:oracle_advantages",
+                              "sigma_ref.conformance.scaleout:oracle_loss", layout="index",
+                              aggregation="token-mean", world_size=2, micro_batches=(1, 2, 3))
+        assert report.passed, report.summary()
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be a positive int")
+    Ms = (micro_batches,) if isinstance(micro_batches, int) else tuple(micro_batches)
+    if not Ms or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in Ms):
+        raise ValueError(f"micro_batches={micro_batches!r} must be a positive int or a sequence of them")
+    Ms = tuple(sorted(set(Ms)))
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} must be one of {SPLITS}")
+    if loss_scale not in LOSS_SCALES:
+        raise ValueError(f"loss_scale={loss_scale!r} must be one of {LOSS_SCALES}")
+    if aggregation is not None and aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATIONS} or None (detect)")
+    for name, target in (("advantages_target", advantages_target), ("loss_target", loss_target)):
+        if target is not None and not isinstance(target, str):
+            raise TypeError(
+                f"{name}={target!r} must be a 'pkg.module:attr' string: the ranks are separate processes "
+                "that import it"
+            )
+    adv_fn, layout, loss_fn = _resolve(advantages_target, layout, loss_target)  # fail fast, here
+    if split == "split-groups" and layout != "index":
+        raise ValueError(
+            f"split='split-groups' needs layout 'index' (a {layout!r} function cannot receive part "
+            "of a group)"
+        )
+    _declared(loss_fn, 4, list(GLOBALS), "the loss")
+    _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
+    batch = _design_batch(seed, _n_groups(world_size))
+    per_rank = min(len(_shard_rows(batch, world_size, r, split)) for r in range(world_size))
+    if max(Ms) > per_rank:
+        raise ValueError(
+            f"micro_batches={max(Ms)} exceeds the {per_rank} responses a rank holds at "
+            f"world_size={world_size}; use at most {per_rank}"
+        )
+    backend = _backend(backend, world_size)
+    W = world_size
+    plan = [(1, 1, "whole-groups")]
+    for M in Ms:
+        plan.append((W, M, split))
+        if M > 1:
+            plan += [(1, M, "whole-groups")] + ([(1, M + 1, "whole-groups")] if M + 1 <= batch.n else [])
+        if W > 1 and M > 1:
+            plan.append((W, 1, split))
+    if split == "split-groups":
+        plan.append((W, max(Ms), "whole-groups"))
+    plan = list(dict.fromkeys(plan))
+    cfg = {
+        "impl": advantages_target,
+        "loss": loss_target,
+        "layout": layout,
+        "world_size": W,
+        "backend": backend,
+        "seed": seed,
+        "timeout": timeout,
+        "aggregation": aggregation,
+        "loss_scale": loss_scale,
+        "plan": plan,
+    }
+    start = time.monotonic()
+    prop = f"scaleout[W={W},M={','.join(map(str, Ms))}]"
+    try:
+        for attempt in range(3):  # another program may take the free port before rank 0 binds it
+            cfg["port"] = _free_port()
+            try:
+                raw = _launch(cfg, W, timeout)
+                break
+            except _RunError as exc:
+                if attempt == 2 or "address already in use" not in str(exc.args[1]).lower():
+                    raise
+    except _RunError as exc:
+        results: list[ScaleoutResult] = [ScaleoutResult(prop, "FAIL", None, str(exc.args[0]))]
+    else:
+        runs = {tuple(key): r for key, r in zip(plan, raw, strict=True) if r is not None}
+        results = _analyse(
+            runs, batch, W=W, Ms=Ms, split=split, aggregation=aggregation, loss_scale=loss_scale
+        )
+    return ScaleoutReport(tuple(results), W, Ms, backend, time.monotonic() - start)
+
+
+# ---------------------------------------------------------------------------
+# command line
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count or a list like 1,2,3") from None
+    if not all(v >= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: micro-batch counts must be >= 1")
+    return values
+
+
+def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--world-size``, ``--micro-batches``, ``--split``, ``--loss-scale``, ``--scaleout-timeout``.
+
+    ``--aggregation``, ``--layout``, ``--loss`` and the implementation are read from the same
+    namespace when the parser has them (``sigma-ref check`` does).
+    """
+    g = parser.add_argument_group("scale-out (level 5, real torch.distributed processes)")
+    g.add_argument("--world-size", type=int, metavar="W", help="data-parallel ranks (starts W processes)")
+    g.add_argument(
+        "--micro-batches",
+        type=_counts,
+        metavar="M",
+        help="micro-batches per rank (gradient accumulation); several as 1,2,3",
+    )
+    g.add_argument(
+        "--split", choices=SPLITS, default="whole-groups", help="how groups are sharded over ranks"
+    )
+    g.add_argument(
+        "--loss-scale",
+        choices=LOSS_SCALES,
+        default="none",
+        help="none: micro-batch gradients are added as they are; mean-over-micro-batches: each loss "
+        "is divided by M first",
+    )
+    g.add_argument(
+        "--scaleout-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds before a hung rank fails the check",
+    )
+    g.add_argument(
+        "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="torch.distributed backend"
+    )
+
+
+def run_from_args(args: argparse.Namespace) -> list[ScaleoutResult]:
+    """The level-5 results for parsed arguments; ``[]`` without --world-size and --micro-batches."""
+    W, M = getattr(args, "world_size", None), getattr(args, "micro_batches", None)
+    if W is None and M is None:
+        return []
+    report = run_scaleout(
+        args.impl,
+        getattr(args, "loss", None),
+        layout=getattr(args, "layout", None),
+        world_size=W or 1,
+        micro_batches=M or 1,
+        split=getattr(args, "split", "whole-groups"),
+        aggregation=getattr(args, "aggregation", None),
+        loss_scale=getattr(args, "loss_scale", "none"),
+        timeout=getattr(args, "scaleout_timeout", 120.0),
+        seed=getattr(args, "seed", None) or 0,
+        backend=getattr(args, "backend", "auto"),
+    )
+    return list(report.results)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sigma_ref.conformance.scaleout --impl ... --loss ...``: print; exit 0 iff it passes."""
+    p = argparse.ArgumentParser(
+        prog="python -m sigma_ref.conformance.scaleout",
+        description="Check an advantage function and loss under micro-batching, gradient accumulation and "
+        "data-parallel ranks, on real torch.distributed processes.",
+    )
+    p.add_argument("--impl", required=True, help="pkg.module:attr of the advantage function (or an Adapter)")
+    p.add_argument("--layout", choices=LAYOUTS, help="how the advantage function is called")
+    p.add_argument("--loss", help="pkg.module:attr of loss(logp, old_logp, advantages, mask, **globals)")
+    p.add_argument("--aggregation", choices=AGGREGATIONS, help="the declared aggregation (default: detect)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the designed batch")
+    add_scaleout_arguments(p)
+    args = p.parse_args(argv)
+    if args.world_size is None and args.micro_batches is None:
+        args.world_size, args.micro_batches = 2, 2
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        report = run_scaleout(
+            args.impl,
+            args.loss,
+            layout=args.layout,
+            world_size=args.world_size or 1,
+            micro_batches=args.micro_batches or 1,
+            split=args.split,
+            aggregation=args.aggregation,
+            loss_scale=args.loss_scale,
+            timeout=args.scaleout_timeout,
+            seed=args.seed,
+            backend=args.backend,
+        )
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

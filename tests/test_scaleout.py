@@ -1,0 +1,317 @@
+"""Level 5, the scale-out check: real torch.distributed ranks, micro-batches, accumulation.
+
+The fast tier starts processes twice (a W = 2, M = 2 pass and the CLI at W = 1); the grid
+W in {1, 2, 4} x M in {1, 2, 3}, every gallery entry, the crashing and the hung rank are
+``@pytest.mark.slow``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+import torch
+
+from sigma_ref.conformance import scaleout
+from sigma_ref.conformance.scaleout import aggregation_weights, main, run_scaleout
+from tests.gallery.scaleout_losses import CORRECT, WRONG
+
+ORACLE_ADV = "sigma_ref.conformance.scaleout:oracle_advantages"
+ORACLE_LOSS = "sigma_ref.conformance.scaleout:oracle_loss"
+GALLERY = "tests.gallery.scaleout_losses"
+
+
+def loss_with_unknown_parameter(logp, old_logp, advantages, mask, *, tokens_per_gpu):  # type: ignore[no-untyped-def]
+    """A loss asking for a global the harness does not know."""
+    return (logp * mask).sum() / tokens_per_gpu
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen]:
+    """Every process the check starts, to verify none is left behind."""
+    procs: list[subprocess.Popen] = []
+    original = subprocess.Popen
+
+    class Recording(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            procs.append(self)
+
+    monkeypatch.setattr(scaleout.subprocess, "Popen", Recording)
+    return procs
+
+
+def assert_all_gone(procs: list[subprocess.Popen], n: int) -> None:
+    """``n`` processes were started and every one (and its process group) is gone and reaped."""
+    __tracebackhide__ = True
+    assert len(procs) == n, f"{len(procs)} processes started, but should be {n}"
+    for p in procs:
+        assert p.returncode is not None, f"rank process {p.pid} was not waited for"
+        assert not os.path.exists(f"/proc/{p.pid}"), f"rank process {p.pid} is still there"
+        with pytest.raises(ProcessLookupError):
+            os.killpg(p.pid, 0)
+
+
+# ---------------------------------------------------------------------------
+# no processes
+
+
+def test_aggregation_weights_by_hand() -> None:
+    """Each mode's w_it on a batch of lengths 2 and 1, T = 3 (3 tokens, 2 responses)."""
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    expected = {
+        "token-mean": [[1 / 3, 1 / 3, 0], [1 / 3, 0, 0]],
+        "seq-mean-token-mean": [[1 / 4, 1 / 4, 0], [1 / 2, 0, 0]],
+        "seq-mean-token-sum": [[1 / 2, 1 / 2, 0], [1 / 2, 0, 0]],
+        "seq-mean-token-sum-norm": [[1 / 3, 1 / 3, 0], [1 / 3, 0, 0]],
+        "token-sum": [[1, 1, 0], [1, 0, 0]],
+    }
+    assert set(expected) == set(scaleout.AGGREGATIONS)
+    for mode, w in expected.items():
+        got = aggregation_weights(mode, mask, num_tokens=3, num_seqs=2, horizon=3)
+        torch.testing.assert_close(got, torch.tensor(w, dtype=torch.float64), msg=mode)
+    with pytest.raises(ValueError, match=r"aggregation='seq-mean'.*token-mean"):
+        aggregation_weights("seq-mean", mask, num_tokens=3, num_seqs=2, horizon=3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"world_size": 0}, ValueError, "world_size=0 must be a positive int"),
+        ({"micro_batches": 0}, ValueError, "micro_batches=0"),
+        ({"micro_batches": 13}, ValueError, "micro_batches=13 exceeds the 12 responses a rank holds"),
+        ({"split": "halves"}, ValueError, "split='halves' must be one of"),
+        ({"loss_scale": "sum"}, ValueError, "loss_scale='sum' must be one of"),
+        ({"aggregation": "mean"}, ValueError, "aggregation='mean' must be one of"),
+        ({"layout": "contiguous", "split": "split-groups"}, ValueError, "split-groups' needs layout 'index'"),
+        ({"layout": "rows"}, ValueError, "layout='rows' must be one of"),
+        ({"loss_target": f"{GALLERY}:nothing"}, ValueError, "has no attribute 'nothing'"),
+        ({"loss_target": None}, ValueError, "needs a loss"),
+        ({"loss_target": scaleout.oracle_loss}, TypeError, "must be a 'pkg.module:attr' string"),
+        (
+            {"loss_target": "tests.test_scaleout:loss_with_unknown_parameter"},
+            TypeError,
+            "required parameter 'tokens_per_gpu' the harness cannot fill",
+        ),
+    ],
+)
+def test_bad_arguments_fail_before_any_process_starts(
+    kwargs: dict, error: type, words: str, started: list[subprocess.Popen]
+) -> None:
+    call = {"loss_target": ORACLE_LOSS, "layout": "index", "world_size": 2, "micro_batches": 2, **kwargs}
+    loss = call.pop("loss_target")
+    with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
+        run_scaleout(ORACLE_ADV, loss, **call)
+    assert started == []
+
+
+def _synthetic(factors: dict[tuple[int, int], float], *, mode: str = "token-mean") -> dict:
+    """Runs whose gradient at (w, m) is ``factors[(w, m)]`` (default 1) times the full batch's.
+
+    Only the analysis is under test here; the processes are tested below.
+    """
+    batch = scaleout._design_batch(0, 4)
+    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
+    g = scaleout._prediction(batch, adv, mode)
+    keys = [(1, 1), (2, 2), (1, 2), (1, 3), (2, 1)]
+    runs = {
+        (w, m, "whole-groups"): {"grad": g * factors.get((w, m), 1.0), "advantages": adv} for w, m in keys
+    }
+    return {"runs": runs, "batch": batch}
+
+
+@pytest.mark.parametrize(
+    ("factors", "loss_scale", "words"),
+    [
+        ({(2, 2): 0.5, (1, 2): 0.5, (1, 3): 1 / 3}, "mean-over-micro-batches", "shrinks as 1/M"),
+        ({(2, 2): 2.0, (1, 2): 2.0, (1, 3): 3.0}, "none", "it grows as M"),
+        ({(2, 2): 0.5, (2, 1): 0.5}, "none", "world size not applied: the rank-averaged gradient is 0.5x"),
+        (
+            {(2, 2): 1.7, (2, 1): 1.7},
+            "none",
+            "token count not gathered across ranks: the rank-averaged gradient is 1.7x",
+        ),
+        ({(2, 2): 0.8}, "none", "the normaliser depends on ranks and micro-batches jointly"),
+    ],
+)
+def test_diagnosis_names_the_class_the_probes_show(factors: dict, loss_scale: str, words: str) -> None:
+    s = _synthetic(factors)
+    results = scaleout._analyse(
+        s["runs"],
+        s["batch"],
+        W=2,
+        Ms=(2,),
+        split="whole-groups",
+        aggregation="token-mean",
+        loss_scale=loss_scale,
+    )
+    by_name = {r.property: r for r in results}
+    grad = by_name["scaleout_gradient[W=2,M=2]"]
+    assert grad.verdict == "FAIL" and words in grad.message, grad.message
+    assert grad.factor == pytest.approx(factors[(2, 2)], rel=1e-12)
+    assert by_name["scaleout_prediction[token-mean,W=2,M=2]"].verdict == "FAIL"
+
+
+def test_undeclared_aggregation_is_detected_and_noted() -> None:
+    s = _synthetic({}, mode="seq-mean-token-mean")
+    results = scaleout._analyse(
+        s["runs"], s["batch"], W=2, Ms=(2,), split="whole-groups", aggregation=None, loss_scale="none"
+    )
+    assert [r.verdict for r in results] == ["PASS", "NOTE", "PASS"]
+    assert "detected on the full batch: seq-mean-token-mean" in results[1].message
+    declared = scaleout._analyse(
+        s["runs"], s["batch"], W=2, Ms=(2,), split="whole-groups", aggregation="token-mean", loss_scale="none"
+    )
+    assert "the loss does not aggregate as declared" in declared[-1].message
+    assert "detected on the full batch: seq-mean-token-mean" in declared[-1].message
+
+
+def test_an_adapter_brings_its_layout_and_loss() -> None:
+    from tests.gallery.correct import dapo_adapter, token_mean_loss
+
+    adv, layout, loss = scaleout._resolve("tests.gallery.correct:dapo_adapter", None, None)
+    assert (adv, layout, loss) == (dapo_adapter.advantages, "contiguous", token_mean_loss)
+
+
+# ---------------------------------------------------------------------------
+# real processes, fast tier
+
+
+def test_oracle_passes_at_w2_m2_within_budget(started: list[subprocess.Popen]) -> None:
+    """The oracle's advantages and loss: every property PASSes; the check takes under 60 s."""
+    t0 = time.monotonic()
+    report = run_scaleout(
+        ORACLE_ADV, ORACLE_LOSS, layout="index", aggregation="token-mean", world_size=2, micro_batches=2
+    )
+    elapsed = time.monotonic() - t0
+    assert report.passed, report.summary()
+    assert [r.property for r in report.results] == [
+        "scaleout_advantages[whole-groups,W=2]",
+        "scaleout_gradient[W=2,M=2]",
+        "scaleout_prediction[token-mean,W=2,M=2]",
+    ]
+    assert all(abs(r.factor - 1) < 1e-9 for r in report.results if r.factor is not None)
+    assert report.backend == "gloo" or torch.cuda.is_available()
+    assert elapsed < 60, f"W=2, M=2 took {elapsed:.1f} s, but the budget is 60 s"
+    assert_all_gone(started, 2)
+
+
+@pytest.mark.slow
+def test_crashing_rank_fails_at_once_and_leaves_no_process(started: list[subprocess.Popen]) -> None:
+    """Rank 1 raises while rank 0 waits in all_reduce: a FAIL naming rank 1, long before the timeout."""
+    t0 = time.monotonic()
+    report = run_scaleout(
+        ORACLE_ADV, f"{GALLERY}:raises_on_rank_1", layout="index", world_size=2, micro_batches=2, timeout=60
+    )
+    assert time.monotonic() - t0 < 45
+    assert not report.passed
+    (result,) = report.results
+    assert result.verdict == "FAIL"
+    assert "rank 1 failed: RuntimeError: CUDA out of memory (planted on rank 1)" in result.message
+    assert_all_gone(started, 2)
+
+
+def test_cli_names_the_bug_class_with_its_factor(capsys: pytest.CaptureFixture[str]) -> None:
+    """One rank, M = 2: verl's old seq-mean-token-sum-norm under the trainer's 1/M is 0.5x, exit code 1."""
+    code = main(
+        [
+            "--impl",
+            ORACLE_ADV,
+            "--layout",
+            "index",
+            "--loss",
+            f"{GALLERY}:sum_norm_per_micro_batch",
+            "--aggregation",
+            "seq-mean-token-sum-norm",
+            "--loss-scale",
+            "mean-over-micro-batches",
+            "--world-size",
+            "1",
+            "--micro-batches",
+            "2",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert (
+        "FAIL scaleout_gradient[W=1,M=2]: normaliser computed per micro-batch: the accumulated gradient is "
+        "0.5x the full-batch gradient at M = 2" in out
+    )
+    assert "0.333x at M = 3: it shrinks as 1/M" in out
+    bad = ["--impl", ORACLE_ADV, "--layout", "grouped", "--loss", ORACLE_LOSS, "--split", "split-groups"]
+    assert main(bad) == 2
+    assert "split='split-groups' needs layout 'index'" in capsys.readouterr().err
+
+
+def test_run_from_args_is_empty_unless_asked() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    scaleout.add_scaleout_arguments(p)
+    args = p.parse_args(["--micro-batches", "1,2,3"])
+    assert args.micro_batches == (1, 2, 3) and args.world_size is None
+    assert scaleout.run_from_args(p.parse_args([])) == []
+    with pytest.raises(SystemExit):
+        p.parse_args(["--micro-batches", "0"])
+
+
+# ---------------------------------------------------------------------------
+# real processes, slow tier
+
+GRID_CASES = [c for c in CORRECT if c.name.startswith("oracle[")] + [
+    c
+    for c in CORRECT
+    if c.name in ("token_mean_all_reduce", "grpo_gathered[split-groups]", "verl_loss[token-mean]")
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("case", GRID_CASES, ids=lambda c: c.name)
+def test_correct_pass_on_the_grid(case, world_size: int) -> None:  # type: ignore[no-untyped-def]
+    """The oracle and the correct gallery losses pass at W in {1, 2, 4} and M in {1, 2, 3}."""
+    report = run_scaleout(
+        case.advantages, case.loss, world_size=world_size, micro_batches=(1, 2, 3), **case.kwargs()
+    )
+    assert report.passed, report.summary()
+    assert sum(r.property.startswith("scaleout_gradient") for r in report.results) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in CORRECT if c not in GRID_CASES], ids=lambda c: c.name)
+def test_correct_pass_at_w2_m2(case) -> None:  # type: ignore[no-untyped-def]
+    report = run_scaleout(case.advantages, case.loss, world_size=2, micro_batches=2, **case.kwargs())
+    assert report.passed, report.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", WRONG, ids=lambda c: c.name)
+def test_wrong_fail_naming_the_bug_class(case) -> None:  # type: ignore[no-untyped-def]
+    report = run_scaleout(case.advantages, case.loss, world_size=2, micro_batches=2, **case.kwargs())
+    assert not report.passed, report.summary()
+    failed = " | ".join(r.message for r in report.results if r.verdict == "FAIL")
+    for words in case.expect:
+        assert words in failed, f"{words!r} not in: {failed}"
+
+
+@pytest.mark.slow
+def test_hung_rank_fails_within_the_timeout(started: list[subprocess.Popen]) -> None:
+    """Rank 1 sleeps forever in its loss: a FAIL within the timeout; no process is left."""
+    timeout = 25.0
+    t0 = time.monotonic()
+    report = run_scaleout(
+        ORACLE_ADV,
+        f"{GALLERY}:sleeps_on_rank_1",
+        layout="index",
+        world_size=2,
+        micro_batches=2,
+        timeout=timeout,
+    )
+    elapsed = time.monotonic() - t0
+    assert elapsed < timeout + 10, f"took {elapsed:.1f} s"
+    (result,) = report.results
+    assert result.verdict == "FAIL"
+    assert "a rank hung" in result.message and "rank 1 in the loss at W=2, M=2" in result.message
+    assert_all_gone(started, 2)
