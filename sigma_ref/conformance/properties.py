@@ -28,11 +28,18 @@ from hypothesis import strategies as st
 from .. import strategies as sst
 from ..advantages import dapo_keep_mask
 from ..identity import decompose, policy_gradient
+from ..objectives import (
+    Objective,
+    aggregation_weights,
+    detect_aggregation,
+    loss_gradient,
+    resolve_aggregation,
+)
 from ..testing import mismatch_message
 from .adapter import Adapter, Batch
 from .detect import Detection
 from .diagnose import diagnose_mismatch
-from .precision import SAFETY, advantage_tolerance, coarser, unit_roundoff
+from .precision import PRECISIONS, SAFETY, advantage_tolerance, coarser, unit_roundoff
 from .reference import Reference, as_numpy
 
 __all__ = [
@@ -303,6 +310,7 @@ def run_property(
         return
     strategy = prop.strategy(ctx, param)
     kw: dict[str, Any] = {
+        "deadline": None,  # a verdict never depends on the machine's load
         "database": None,
         "suppress_health_check": list(HealthCheck),
         "report_multiple_bugs": False,  # one failure, the smallest, as PropertyFailure
@@ -1095,15 +1103,22 @@ class _Policy:
 
 
 def _loss(
-    ctx: Context, logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, batch: Batch
+    ctx: Context,
+    logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    batch: Batch,
+    old_logp: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """The implementation's loss (ratio 1 unless ``old_logp`` is given); ``(loss, metrics)`` accepted."""
     assert ctx.adapter.loss is not None
+    where = "at ratio 1" if old_logp is None else "at ratio != 1"
     try:
-        out = ctx.adapter.loss(logp, logp.detach(), adv, mask)
+        out = ctx.adapter.loss(logp, logp.detach() if old_logp is None else old_logp, adv, mask)
     except Exception as exc:
-        raise PropertyFailure(
-            f"loss raised {type(exc).__name__}: {exc} [loss at ratio 1 on {batch!r}]"
-        ) from exc
+        raise PropertyFailure(f"loss raised {type(exc).__name__}: {exc} [loss {where} on {batch!r}]") from exc
+    if isinstance(out, tuple | list) and out:
+        out = out[0]  # (loss, metrics), as many trainers return
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
         raise PropertyFailure(
             f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor"
@@ -1274,6 +1289,199 @@ _register(
         "Padding tokens (mask = 0) get no gradient: dL/dlogp_it = 0 where mask_it = 0.",
         _check_padding,
         lambda ctx, p: [(_BINARY[0], 0)],
+        applies=_needs_loss,
+    )
+)
+
+
+def _agg_policy(n: int, seed: int) -> _Policy:
+    """A policy whose responses have lengths 1, T and in between (and no empty row)."""
+    pol = _Policy.make(n, seed)
+    lengths = torch.tensor([1, _T, *[2 + (i % (_T - 1)) for i in range(max(0, n - 2))]][:n])
+    pol.mask = (torch.arange(_T).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    return pol
+
+
+def _check_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    batch, s = ex
+    pol = _agg_policy(batch.n, s)
+    w = -_token_weights(ctx, pol, batch, torch.ones(batch.n, dtype=torch.float64))
+    u_loss = _loss_unit(ctx, pol, batch)
+    rtol = max(1e-9, SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss)
+    try:
+        found = detect_aggregation(w, pol.mask, rtol=rtol)
+    except ValueError:
+        found = None
+    lengths = pol.mask.sum(-1).int().tolist()
+    seen = "unrecognised weights" if found is None else found[0] + (f", C = {found[1]:g}" if found[1] else "")
+    declared = ctx.adapter.aggregation
+    if declared is None:
+        raise PropertyFailure(
+            Finding(f"aggregation: {seen} [detected from dL/dlogp at ratio 1, lengths {lengths}, T = {_T}]"),
+            verdict="NOTE",
+        )
+    expected = aggregation_weights(pol.mask, declared, constant=ctx.adapter.aggregation_constant)
+    if torch.allclose(w, expected, rtol=rtol, atol=rtol * float(expected.abs().max())):
+        raise PropertyFailure(
+            Finding(f"aggregation: {resolve_aggregation(declared)} [declared, measured]"), "NOTE"
+        )
+    i = int(torch.argmax((w - expected).abs().sum(-1)))
+    cause = f"the loss applies {seen} weights"
+    if found is not None and found[0] == "seq-mean-token-sum-norm" and found[1] == _T:
+        if resolve_aggregation(declared) == "seq-mean-token-mean":
+            cause = (
+                f"each sequence is averaged over the padded length T = {_T} instead of its own length "
+                "(divide by mask.sum(-1), not by mask.shape[-1])"
+            )
+    raise PropertyFailure(
+        Finding(
+            f"per-token loss weights w[{i}] = {[round(float(v), 6) for v in w[i]]} (length {lengths[i]}), "
+            f"but should be {[round(float(v), 6) for v in expected[i]]} under the declared aggregation "
+            f"{resolve_aggregation(declared)}",
+            f"loss(logp, old_logp=logp, advantages=1, mask) on lengths {lengths}, T = {_T}",
+            cause=cause,
+            confirmed=found is not None,
+        )
+    )
+
+
+_register(
+    Property(
+        "loss_aggregation",
+        "identity",
+        "The per-token weights w_it = -dL/dlogp_it / A_i at ratio 1 are a known aggregation (token-mean, "
+        "seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum), measured on "
+        "responses of lengths 1 to T; a declared aggregation must match them.",
+        _check_aggregation,
+        lambda ctx, p: [(_BINARY[0], 0)],
+        applies=_needs_loss,
+    )
+)
+
+
+#: Ratios r = exp(logp - old_logp) on a grid over every clip range in use, placed half-way
+#: between round bounds (0.505, 0.515, ..., 1.595, then 1.65, 1.75, ..., 3.95), so a bound
+#: such as 1.28 or a dual clip of 3 falls strictly between two grid points.
+_RATIOS = torch.cat(
+    [
+        0.505 + 0.01 * torch.arange(110, dtype=torch.float64),
+        1.65 + 0.1 * torch.arange(24, dtype=torch.float64),
+    ]
+)
+
+
+def _clip_probe(n_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logp, old_logp, advantages, mask)``: one token per ratio, rows of +1 and -1 advantages."""
+    r = _RATIOS
+    logp = torch.zeros(2, r.numel(), dtype=torch.float64)
+    old = -torch.log(r).repeat(2, 1)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    return logp, old, adv, torch.ones_like(logp)
+
+
+def _bound(active: torch.Tensor, r: torch.Tensor, upper: bool) -> float | None:
+    """The clip bound a 0/1 pattern over the ratio grid shows (``None`` if the clip never acts)."""
+    if bool(active.all()):
+        return None
+    if upper:  # active below the bound
+        lo = float(r[active].max()) if bool(active.any()) else float(r.min())
+        hi = float(r[~active & (r > lo)].min()) if bool((~active & (r > lo)).any()) else lo
+    else:
+        hi = float(r[active].min()) if bool(active.any()) else float(r.max())
+        lo = float(r[~active & (r < hi)].max()) if bool((~active & (r < hi)).any()) else hi
+    return round((lo + hi) / 2, 2)
+
+
+def _check_clip(ctx: Context, ex: Any, p: Any) -> None:
+    logp, old, adv, mask = _clip_probe(_RATIOS.numel())
+    leaf = logp.clone().requires_grad_(True)
+    batch = Batch.grouped([[1.0, 0.0]])
+    out = _loss(ctx, leaf, adv, mask, batch, old_logp=old)
+    (grad,) = torch.autograd.grad(out, leaf, allow_unused=True)
+    g = torch.zeros_like(leaf) if grad is None else grad.detach()
+    # the aggregation weight of each token, measured at ratio 1: w_it = -dL/dlogp_it / A_i
+    leaf1 = logp.clone().requires_grad_(True)
+    (g1,) = torch.autograd.grad(_loss(ctx, leaf1, adv, mask, batch), leaf1, allow_unused=True)
+    w = -(torch.zeros_like(leaf1) if g1 is None else g1.detach()) / adv.unsqueeze(1)
+    if not bool((w > 0).all()):
+        row = 0 if not bool((w[0] > 0).all()) else 1
+        raise PropertyFailure(
+            Finding(
+                f"at ratio 1 the loss gives {'A > 0' if row == 0 else 'A < 0'} tokens dL/dlogp = "
+                f"{float(-w[row].min() * adv[row]):.3g}, but should be -w A with w > 0",
+                "loss(logp=0, old_logp=0, advantages=[+1, -1], mask=1)",
+                cause="a clip or cap acts at ratio 1 for this sign of the advantage (e.g. a dual clip "
+                "applied to A > 0, where it belongs to A < 0 only)",
+                confirmed=True,
+            )
+        )
+    r = _RATIOS
+    scale = float(w.abs().max()) * float(r.max())
+    zero = g.abs() <= 1e-9 * scale
+    declared = ctx.adapter.clip
+    high = _bound(~zero[0], r, upper=True)
+    low = _bound(~zero[1, r < 1.5], r[r < 1.5], upper=False)
+    dual = _bound(~zero[1, r > 1.5], r[r > 1.5], upper=True)
+    if declared is not None:
+        eps_low, eps_high = declared
+        obj = Objective(
+            "ppo",
+            eps_low=eps_low,
+            eps_high=eps_high,
+            dual_clip=ctx.adapter.dual_clip,
+            aggregation="token-sum",
+        )
+        how = "declared"
+    else:
+        eps_low = 0.2 if low is None else round(1 - low, 2)
+        eps_high = 0.2 if high is None else round(high - 1, 2)
+        obj = Objective(
+            "ppo",
+            eps_low=eps_low if low is not None else 10.0,
+            eps_high=eps_high if high is not None else 10.0,
+            dual_clip=dual,
+            aggregation="token-sum",
+        )
+        how = "detected"
+    pred = loss_gradient(obj, logp, old, adv, mask) * w
+    u_loss = unit_roundoff(out.dtype)
+    tol = SAFETY * (2 + math.log2(mask.numel())) * max(u_loss, PRECISIONS["float64"]) * scale + 1e-12 * scale
+    bad = (g - pred).abs() > tol + SAFETY * u_loss * pred.abs()
+    summary = (
+        f"clip range [{1 - eps_low if low is not None or declared else '-inf'}, "
+        f"{1 + eps_high if high is not None or declared else 'inf'}]"
+        + (f", dual clip {obj.dual_clip:g}" if obj.dual_clip else "")
+    )
+    if not bool(bad.any()):
+        raise PropertyFailure(Finding(f"PPO surrogate at ratios 0.5 to 4: {summary} [{how}]"), verdict="NOTE")
+    row, t = (int(v) for v in torch.nonzero(bad)[0])
+    sign = "A > 0" if row == 0 else "A < 0"
+    cause = None
+    if declared is not None and (high, low) != (None, None):
+        got = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+        cause = f"the loss clips at {got} (read off its gradient), not at the declared range"
+    raise PropertyFailure(
+        Finding(
+            f"dL/dlogp at ratio {float(r[t]):.3g} with {sign}: actual={float(g[row, t]):.6g}, but should be "
+            f"{float(pred[row, t]):.6g} under the {how} {summary} (gradient -w A r inside the trust region, "
+            f"0 where the clip is active for that sign of A); measured bounds: upper "
+            f"{high if high is not None else 'none'} for A > 0, lower {low if low is not None else 'none'} "
+            f"and dual {dual if dual is not None else 'none'} for A < 0",
+            "loss(logp=0, old_logp=-log r, advantages=[+1, -1], mask=1) with r on a grid from 0.5 to 4",
+            cause=cause,
+        )
+    )
+
+
+_register(
+    Property(
+        "loss_clipped_surrogate",
+        "identity",
+        "At ratios r != 1 the loss gradient is the clipped surrogate's: dL/dlogp_it = -w_it A_i r_it inside "
+        "[1 - eps_low, 1 + eps_high] and 0 where the clip is active for the sign of A_i (dual clip: 0 for "
+        "A < 0 beyond c), with the clip range declared or read off the gradient.",
+        _check_clip,
+        lambda ctx, p: [None],
         applies=_needs_loss,
     )
 )
