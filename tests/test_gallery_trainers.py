@@ -119,7 +119,7 @@ def _batches(case: Case):
             yield "singleton", SINGLETON[0], SINGLETON[1], None
 
 
-CORRECT_ADV = [c for c in trainers_correct.CASES if c.keep_mask is None or c.fn.__name__ != c.name]
+CORRECT_ADV = [c for c in trainers_correct.CASES if c.fn.__name__ == c.name]  # cases about fn
 
 
 def _ids(cases):
@@ -168,7 +168,7 @@ KEEP = [c for c in trainers_correct.CASES + trainers_wrong.CASES if c.keep_mask 
 def test_keep_mask(case: Case) -> None:
     """A correct filter keeps exactly the non-silent groups (no singletons probed)."""
     differs = False
-    for name, r, index, _G in list(_batches(case)) + [("shaped", *_SHAPED_KEEP)]:
+    for name, r, index, _G in [*list(_batches(case)), ("shaped", *_SHAPED_KEEP, None)]:
         keep = np.asarray(case.keep_mask(torch.tensor(r), index)).reshape(-1).astype(bool)  # type: ignore[misc]
         expected = np.asarray(dapo_keep_mask(r, index=index))
         if case.correct:
@@ -211,7 +211,9 @@ def loss_gradient(loss, mask: torch.Tensor = _MASK, adv: torch.Tensor = _ADV) ->
     return torch.zeros_like(logp) if grad is None else grad
 
 
-LOSSES = [c for c in trainers_correct.CASES + trainers_wrong.CASES + trainers_token.CASES if c.loss is not None]
+LOSSES = [
+    c for c in trainers_correct.CASES + trainers_wrong.CASES + trainers_token.CASES if c.loss is not None
+]
 
 
 @pytest.mark.parametrize("case", LOSSES, ids=_ids(LOSSES))
@@ -263,14 +265,16 @@ def _call_tensor(case: Case, rewards: torch.Tensor, index: np.ndarray, G: int | 
     return torch.from_numpy(out) if isinstance(out, np.ndarray) else out
 
 
-WRONG_ADV = [c for c in trainers_wrong.CASES if c.loss is None and c.keep_mask is None]
+WRONG_ADV = [c for c in trainers_wrong.CASES if c.fn.__name__ == c.name]
 
 
 @pytest.mark.parametrize("case", WRONG_ADV, ids=_ids(WRONG_ADV))
 def test_wrong_case_departs_from_intent(case: Case) -> None:
     witness = trainers_wrong.WITNESSES[case.name]
     r, index, G, dtype = witness
-    index = np.asarray(index) if index is not None else np.repeat(np.arange(math.ceil(len(r) / G)), G)[: len(r)]
+    index = (
+        np.asarray(index) if index is not None else np.repeat(np.arange(math.ceil(len(r) / G)), G)[: len(r)]
+    )
     why = _departs(case, np.asarray(r, dtype=np.float64), index, G, dtype)
     assert why is not None, f"{case.name} matches its intended convention on its witness"
 
@@ -278,3 +282,87 @@ def test_wrong_case_departs_from_intent(case: Case) -> None:
 def test_every_wrong_case_has_a_witness() -> None:
     assert {c.name for c in WRONG_ADV} == set(trainers_wrong.WITNESSES)
 
+
+# ---------------------------------------------------------------------------------------
+# issue-10 shapes: token level, dict, keep mask on accuracy
+
+_LENGTHS = [6, 1, 3, 4, 2, 6, 5, 1]
+_TOKEN_IDS = np.array([_UUIDS[i] for i in (1, 0, 1, 0, 0, 1, 0, 1)])
+_TOKEN_R = np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0, 1.0])
+
+
+def _token_inputs(lengths, rewards):
+    T = max(6, *lengths)
+    mask = torch.zeros(len(lengths), T, dtype=torch.float64)
+    trr = torch.zeros(len(lengths), T, dtype=torch.float64)
+    for i, (n, r) in enumerate(zip(lengths, rewards, strict=True)):
+        mask[i, :n] = 1.0
+        if n:
+            trr[i, n - 1] = r
+        elif math.isnan(r):
+            trr[i, 0] = r
+    return trr, mask
+
+
+def _token_scenarios():
+    """(name, lengths, rewards, ids, rows that count); the others must get 0 and not move the rest."""
+    yield "plain", _LENGTHS, _TOKEN_R, _TOKEN_IDS, np.ones(8, dtype=bool)
+    yield "empty_row", [*_LENGTHS, 0], [*_TOKEN_R, 0.0], np.array([*_TOKEN_IDS, _UUIDS[1]]), np.arange(9) < 8
+    yield (
+        "nan_row",
+        [*_LENGTHS, 3],
+        [*_TOKEN_R, math.nan],
+        np.array([*_TOKEN_IDS, _UUIDS[0]]),
+        np.arange(9) < 8,
+    )
+
+
+def _token_departure(case: Case) -> str | None:
+    for name, lengths, rewards, ids, counts in _token_scenarios():
+        trr, mask = _token_inputs(lengths, rewards)
+        out = case.fn(trr, mask, ids)
+        adv = out[0] if isinstance(out, tuple) else out
+        r = np.asarray(rewards, dtype=np.float64)
+        expected = np.zeros(len(r))
+        expected[counts] = _oracle(case, r[counts], ids[counts])
+        want = torch.from_numpy(expected).unsqueeze(-1) * mask
+        if adv.shape != want.shape or not torch.allclose(adv.double(), want, rtol=1e-7, atol=1e-7):
+            return f"{name}: got\n{adv}\nwant\n{want}"
+    return None
+
+
+TOKEN = [c for c in trainers_token.CASES if c.shape == "token"]
+
+
+@pytest.mark.parametrize("case", TOKEN, ids=_ids(TOKEN))
+def test_token_case(case: Case) -> None:
+    why = _token_departure(case)
+    if case.correct:
+        assert why is None, why
+    else:
+        assert why is not None, f"{case.name} passes every token scenario"
+
+
+DICT = [c for c in trainers_token.CASES if c.shape == "dict"]
+
+
+@pytest.mark.parametrize("case", DICT, ids=_ids(DICT))
+def test_dict_case(case: Case) -> None:
+    r, ids = INDEXED["uuid_strings"]
+    out = case.fn({"rewards": torch.tensor(r), "prompt_ids": ids.tolist()})
+    got = out["advantages"].double().numpy()
+    same = got.shape == r.shape and np.allclose(got, _oracle(case, r, ids), rtol=1e-7, atol=1e-7)
+    assert same == case.correct, f"{case.name}: {got}"
+
+
+ACC_KEEP = [c for c in trainers_token.CASES if c.shape == "keep-mask"]
+# correctness (0/1) plus a format bonus in [0, 0.5): all correct, mixed, all wrong, mixed
+_SHAPED = np.array([1.2, 1.0, 1.3, 1.1, 1.0, 0.2, 0.0, 1.4, 0.1, 0.3, 0.0, 0.2, 0.0, 1.0, 0.45, 1.49])
+_SHAPED_IDS = np.array(["q7", "q2", "q9", "q4"])[np.repeat([0, 1, 2, 3], 4)]
+
+
+@pytest.mark.parametrize("case", ACC_KEEP, ids=_ids(ACC_KEEP))
+def test_accuracy_keep_mask(case: Case) -> None:
+    keep = np.asarray(case.keep_mask(torch.tensor(_SHAPED), _SHAPED_IDS)).astype(bool)  # type: ignore[misc]
+    expected = np.asarray(dapo_keep_mask((_SHAPED >= 1.0).astype(np.float64), index=_SHAPED_IDS))
+    assert np.array_equal(keep, expected) == case.correct, f"{case.name}: {keep} vs {expected}"

@@ -31,22 +31,25 @@ SHAPES: tuple[str, ...] = ("advantages", "token", "dict", "loss-tuple", "keep-ma
 class Case:
     """A gallery implementation.
 
-    ``name``: equals the ``__name__`` of ``fn``, ``loss`` or ``keep_mask`` (so ``--impl
-    tests.gallery.<module>:<name>`` names the function the case is about; loss and filter
-    cases reuse a correct advantage function as ``fn``). ``layout``: how ``fn`` is called. ``correct``: whether it is a
-    correct implementation of ``convention``. ``source``: the trainer, file and function
-    (with version) it is modelled on. ``convention``: a name of :data:`PRESET_NAMES`, or
-    ``None`` (correct: a convention outside the presets, stated by ``expected``; wrong: an
-    intent outside the presets, stated by ``expected``). ``breaks``: properties of the
-    suite that must fail (empty for correct cases). ``cause_words``: words a correct
-    diagnosis contains. ``loss`` / ``keep_mask``: optional loss and DAPO filter.
-    ``aggregation``: the loss aggregation the loss declares (verl's names). ``note``: what
-    the code does and why it is right or wrong. ``shape``: one of :data:`SHAPES`.
-    ``precision``: the dtype its statistics are computed in (``"input"``: the input's,
-    ``"float32"``: always float32, whatever the input). ``expected``: for
-    ``convention=None``, ``expected(rewards: np.ndarray[N] float64, index: np.ndarray[N])
-    -> np.ndarray[N]``, the values it must compute (by the oracle). ``clip``: a declared
-    symmetric clamp of the advantages (OpenRLHF's ``reward.clip_range``), or ``None``.
+    * ``name``: the ``__name__`` of ``fn``, ``loss`` or ``keep_mask``, so ``--impl
+      tests.gallery.<module>:<name>`` names the function the case is about (loss and
+      filter cases reuse a correct advantage function as ``fn``).
+    * ``layout``: how ``fn`` is called; ``shape``: one of :data:`SHAPES`.
+    * ``correct``: whether it correctly implements ``convention``.
+    * ``source``: the trainer, file and function (with version) it is modelled on.
+    * ``convention``: a name of :data:`PRESET_NAMES`, or ``None`` for a convention (correct)
+      or an intent (wrong) outside the presets, then stated by ``expected``.
+    * ``breaks``: properties of the suite that must fail (none for correct cases);
+      ``cause_words``: words a correct diagnosis contains.
+    * ``loss`` / ``keep_mask``: optional loss and DAPO filter; ``aggregation``: the loss
+      aggregation the loss declares (verl's names).
+    * ``note``: what the code does and why it is right or wrong.
+    * ``precision``: the dtype of its statistics (``"input"``: the input's; ``"float32"``:
+      float32 whatever the input).
+    * ``expected``: for ``convention=None``, ``expected(rewards: np.ndarray[N] float64,
+      index: np.ndarray[N]) -> np.ndarray[N]``, its values through the oracle.
+    * ``clip``: a declared symmetric clamp of the advantages (OpenRLHF's
+      ``reward.clip_range``), or ``None``.
     """
 
     name: str
@@ -72,13 +75,17 @@ class Case:
         if self.shape not in SHAPES:
             raise ValueError(f"Case {self.name!r}: shape={self.shape!r} must be one of {SHAPES}")
         if self.convention is not None and self.convention not in PRESET_NAMES:
-            raise ValueError(f"Case {self.name!r}: convention={self.convention!r} must be one of {PRESET_NAMES}")
+            raise ValueError(
+                f"Case {self.name!r}: convention={self.convention!r} must be one of {PRESET_NAMES}"
+            )
         if self.correct and self.breaks:
             raise ValueError(f"Case {self.name!r} is correct but names properties it breaks: {self.breaks}")
         if not self.correct and not (self.breaks and self.cause_words):
             raise ValueError(f"Case {self.name!r} is wrong: name the properties it breaks and cause words")
         if self.convention is None and self.expected is None and self.shape == "advantages":
-            raise ValueError(f"Case {self.name!r}: convention=None needs an expected(rewards, index) callable")
+            raise ValueError(
+                f"Case {self.name!r}: convention=None needs an expected(rewards, index) callable"
+            )
         if self.precision not in ("input", "float32"):
             raise ValueError(f"Case {self.name!r}: precision={self.precision!r} must be 'input' or 'float32'")
 

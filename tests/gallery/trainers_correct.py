@@ -52,7 +52,7 @@ def verl_grpo_python_floats(rewards: torch.Tensor, index: np.ndarray) -> torch.T
     """Early verl / its forks: per-uid lists of Python floats, torch.tensor(list) is float32."""
     scores = [float(x) for x in rewards.tolist()]
     id2score: dict = defaultdict(list)
-    for uid, s in zip(index.tolist(), scores):
+    for uid, s in zip(index.tolist(), scores, strict=True):
         id2score[uid].append(s)
     id2mean, id2std = {}, {}
     for uid, values in id2score.items():
@@ -61,7 +61,7 @@ def verl_grpo_python_floats(rewards: torch.Tensor, index: np.ndarray) -> torch.T
         else:
             id2mean[uid] = torch.mean(torch.tensor(values))
             id2std[uid] = torch.std(torch.tensor([values]))
-    out = [(s - id2mean[uid]) / (id2std[uid] + 1e-6) for uid, s in zip(index.tolist(), scores)]
+    out = [(s - id2mean[uid]) / (id2std[uid] + 1e-6) for uid, s in zip(index.tolist(), scores, strict=True)]
     return torch.stack(out)
 
 
@@ -108,7 +108,7 @@ def dapo_uid_filter_exact(rewards: torch.Tensor, index: np.ndarray) -> torch.Ten
     """DAPO dynamic sampling in verl's recipe style, with an exact spread test: keep a uid iff
     its metric takes more than one value (max > min)."""
     prompt_uid2metric_vals: dict = defaultdict(list)
-    for uid, metric_val in zip(index.tolist(), rewards.tolist()):
+    for uid, metric_val in zip(index.tolist(), rewards.tolist(), strict=True):
         prompt_uid2metric_vals[uid].append(metric_val)
     kept = {uid for uid, vals in prompt_uid2metric_vals.items() if max(vals) > min(vals)}
     return torch.tensor([uid in kept for uid in index.tolist()])
@@ -276,7 +276,7 @@ def nemo_rl_loo_matmul(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor
         if n <= 1:
             baseline[prompt_idx] = rewards[prompt_idx]  # no sibling: advantage 0
             continue
-        mask_matrix = (1 - torch.eye(n, dtype=rewards.dtype, device=rewards.device))
+        mask_matrix = 1 - torch.eye(n, dtype=rewards.dtype, device=rewards.device)
         baseline[prompt_idx] = mask_matrix @ rewards[prompt_idx] / (n - 1)
     return rewards - baseline
 
@@ -296,7 +296,9 @@ def scatter_add_grpo(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
     """Two-pass group statistics with scatter_add: verl's convention (Bessel + 1e-6, singleton 0/1)."""
     g = _factorize(index).to(rewards.device)
     k = int(g.max()) + 1
-    count = torch.zeros(k, dtype=rewards.dtype, device=rewards.device).scatter_add_(0, g, torch.ones_like(rewards))
+    count = torch.zeros(k, dtype=rewards.dtype, device=rewards.device).scatter_add_(
+        0, g, torch.ones_like(rewards)
+    )
     mean = torch.zeros_like(count).scatter_add_(0, g, rewards) / count
     dev = rewards - mean[g]
     ss = torch.zeros_like(count).scatter_add_(0, g, dev * dev)
@@ -408,7 +410,9 @@ def variance_floor_grouped(rewards: torch.Tensor) -> torch.Tensor:
 # What the convention=None cases compute, through the oracle
 
 _RLLM = Convention("rllm", ddof=0, eps=1e-6, singleton="unit_std", source="rllm rl_algo (ddof 0 + 1e-6)")
-_OPEN_INSTRUCT = Convention("open_instruct", ddof=0, eps=1e-8, source="open-instruct grpo_fast (np.std + 1e-8)")
+_OPEN_INSTRUCT = Convention(
+    "open_instruct", ddof=0, eps=1e-8, source="open-instruct grpo_fast (np.std + 1e-8)"
+)
 _FLOOR = Convention("variance_floor", ddof=1, eps=1e-3, eps_placement="floor", source="sqrt(max(var, 1e-6))")
 
 
@@ -427,7 +431,7 @@ def _floor_expected(rewards: np.ndarray, index: np.ndarray) -> np.ndarray:
 def _spread_filter_expected(rewards: np.ndarray, index: np.ndarray) -> np.ndarray:
     """verl's values, except groups whose Bessel std is below 1e-4 get 0."""
     adv = grpo_advantage(rewards, convention="verl", index=index)
-    sizes = {u: c for u, c in zip(*np.unique(index, return_counts=True))}
+    sizes = {u: c for u, c in zip(*np.unique(index, return_counts=True), strict=True)}
     narrow = np.zeros(len(rewards), dtype=bool)
     for uid in sizes:
         rows = index == uid
@@ -489,7 +493,7 @@ def verl_seq_mean_token_mean_loss(
 
 _V = "volcengine/verl 0.8.0.dev verl/trainer/ppo/core_algos.py"
 _T = "huggingface/trl main (2026-07) trl/trainer/grpo_trainer.py GRPOTrainer._generate_and_score_completions"
-_O = "OpenRLHF/OpenRLHF main (2026-08) openrlhf/trainer/ppo_utils/experience_maker.py compute_advantages_and_returns"
+_O = "OpenRLHF/OpenRLHF main (2026-08) openrlhf/trainer/ppo_utils/experience_maker.py"
 
 CASES: list[Case] = [
     Case(
@@ -625,7 +629,8 @@ CASES: list[Case] = [
         oat_monte_carlo_grpo,
         "contiguous",
         True,
-        "sail-sg/understand-r1-zero train_zero_math.py compute_monte_carlo_advantages (oat), critic_type='grpo'",
+        "sail-sg/understand-r1-zero train_zero_math.py compute_monte_carlo_advantages (oat), "
+        "critic_type='grpo'",
         "post",
         note="view(-1, n).std() (Bessel) + 1e-8: the seed post's convention",
     ),
@@ -654,7 +659,8 @@ CASES: list[Case] = [
         True,
         "volcengine/verl 0.2-0.3 core_algos.compute_grpo_outcome_advantage (torch.tensor(id2score[idx]))",
         "verl",
-        note="per-uid lists of Python floats: torch.tensor(list) is float32, so statistics and output are float32",
+        note="per-uid lists of Python floats: torch.tensor(list) is float32, so statistics and output "
+        "are float32",
         precision="float32",
     ),
     Case(
@@ -780,7 +786,8 @@ CASES: list[Case] = [
         verl_grpo_id2score,
         "index",
         True,
-        "verl recipe/dapo dapo_ray_trainer.py filter_groups (per-uid metric lists), spread tested as max > min",
+        "verl recipe/dapo dapo_ray_trainer.py filter_groups (per-uid metric lists), spread tested as "
+        "max > min",
         "verl",
         keep_mask=dapo_uid_filter_exact,
         note="keeps a uid iff its rewards are not all equal (exact, unlike np.std > 0); a lone response is "
