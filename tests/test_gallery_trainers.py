@@ -268,6 +268,7 @@ def _call_tensor(case: Case, rewards: torch.Tensor, index: np.ndarray, G: int | 
 WRONG_ADV = [c for c in trainers_wrong.CASES if c.fn.__name__ == c.name]
 
 
+@pytest.mark.filterwarnings("ignore:std\\(\\)")  # singleton_nan_index's own bug
 @pytest.mark.parametrize("case", WRONG_ADV, ids=_ids(WRONG_ADV))
 def test_wrong_case_departs_from_intent(case: Case) -> None:
     witness = trainers_wrong.WITNESSES[case.name]
@@ -277,6 +278,18 @@ def test_wrong_case_departs_from_intent(case: Case) -> None:
     )
     why = _departs(case, np.asarray(r, dtype=np.float64), index, G, dtype)
     assert why is not None, f"{case.name} matches its intended convention on its witness"
+
+
+def test_openrlhf_clip_bites_only_beyond_g101() -> None:
+    """OpenRLHF's default clip (-10, 10) never changes group_norm for G <= 101 (max |A| = (G-1)/sqrt(G))
+    and does at G = 102: the openrlhf preset, which has no clip, disagrees with the shipped code there."""
+    clipped = trainers_correct.openrlhf_group_norm_clipped
+    for G, bites in ((101, False), (102, True)):
+        r = torch.zeros(G, dtype=torch.float64)
+        r[0] = 1.0
+        preset = grpo_advantage(r.numpy(), convention="openrlhf")
+        assert (abs(preset[0]) > 10) == bites
+        assert np.allclose(clipped(r, G).numpy(), np.clip(preset, -10, 10), rtol=1e-12)
 
 
 def test_every_wrong_case_has_a_witness() -> None:
