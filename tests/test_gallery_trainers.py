@@ -29,7 +29,13 @@ from tests.gallery import trainers_correct, trainers_token, trainers_wrong
 from tests.gallery.cases import Case
 
 _C = 64.0
-_UNIT = {"float64": 2.0**-53, "float32": 2.0**-24}
+_UNIT = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 # ---------------------------------------------------------------------------------------
@@ -89,9 +95,16 @@ def _call(case: Case, rewards: np.ndarray, index: np.ndarray, G: int | None, dty
     return out
 
 
-def _tolerance(case: Case, rewards: np.ndarray, index: np.ndarray, expected: np.ndarray, dtype) -> np.ndarray:
+def _tolerance(
+    case: Case, rewards: np.ndarray, index: np.ndarray, expected: np.ndarray, dtype, c: float = _C
+) -> np.ndarray:
     """``c u (|A| + max_g|R| / d_g)`` per element (module doc)."""
-    precision = "float32" if case.precision == "float32" or dtype == torch.float32 else "float64"
+    if dtype in (torch.bfloat16, torch.float16):
+        precision = "bfloat16" if dtype == torch.bfloat16 else "float16"
+    elif case.precision == "float32" or dtype == torch.float32:
+        precision = "float32"
+    else:
+        precision = "float64"
     u = _UNIT[precision]
     scale = np.zeros_like(expected)
     for uid in np.unique(index):
@@ -106,7 +119,7 @@ def _tolerance(case: Case, rewards: np.ndarray, index: np.ndarray, expected: np.
             d = 1e-6
         scale[rows] = np.abs(rewards[rows]).max() / d
     floor = 1e-7 if precision == "float64" else 0.0
-    return _C * u * (np.abs(expected) + scale + 1.0) + floor
+    return c * u * (np.abs(expected) + scale + 1.0) + floor
 
 
 def _batches(case: Case):
@@ -140,6 +153,44 @@ def test_correct_case_equals_oracle(case: Case, dtype) -> None:
             f"{case.name} on {name} ({dtype}): got {got[bad][:4]}, oracle {expected[bad][:4]}, "
             f"tolerance {tol[bad][:4]}"
         )
+
+
+_HALF_RANGE = _grouped(
+    [
+        [1024.0, 512.0, 0.0, -256.0, 768.0, 1024.0, 8.0, 0.0],
+        [-1024.0, 1024.0, -1024.0, 256.0, -1024.0, 0.0, 1024.0, -1024.0],
+    ]
+)
+
+
+@pytest.mark.parametrize("case", CORRECT_ADV, ids=_ids(CORRECT_ADV))
+def test_correct_case_in_half_precision(case: Case) -> None:
+    """In each declared half dtype, within ``c = 4`` units of that dtype (statistics at least as precise
+    as the input, one rounding of the output): binary, continuous and |R| = 1024 batches."""
+    for dtype_name in set(case.dtypes) & {"bfloat16", "float16"}:
+        dtype = _DTYPES[dtype_name]
+        for name, (r, index, G) in [*CONTIGUOUS.items(), ("half_range", _HALF_RANGE)]:
+            r = torch.tensor(r).to(dtype).double().numpy()
+            expected = _oracle(case, r, index)
+            got = _call(case, r, index, G, dtype).detach().to(torch.float64).reshape(-1).numpy()
+            tol = _tolerance(case, r, index, expected, dtype, c=4.0)
+            bad = ~(np.abs(got - expected) <= tol)
+            assert not bad.any(), (
+                f"{case.name} on {name} ({dtype_name}): got {got[bad][:4]}, oracle {expected[bad][:4]}"
+            )
+
+
+SINGLETON_RULE = [
+    c for c in CORRECT_ADV if c.layout == "contiguous" and c.convention in ("trl", "trl_batch", "verl")
+]
+
+
+@pytest.mark.parametrize("case", SINGLETON_RULE, ids=_ids(SINGLETON_RULE))
+def test_contiguous_group_of_one(case: Case) -> None:
+    """G = 1 under a convention that defines singletons (TRL: 0; verl: mean 0, std 1)."""
+    r = np.array([1.0, 0.0, 0.5])
+    got = _call(case, r, np.arange(3), 1).detach().double().numpy()
+    assert np.allclose(got, _oracle(case, r, np.arange(3)), rtol=1e-6, atol=1e-6), got
 
 
 def test_gallery_shape() -> None:

@@ -13,7 +13,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-__all__ = ["Case", "PRESET_NAMES", "LAYOUTS", "SHAPES"]
+__all__ = ["Case", "PRESET_NAMES", "LAYOUTS", "SHAPES", "ALL_DTYPES", "FULL_PRECISION", "NO_FLOAT16"]
+
+ALL_DTYPES: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
+FULL_PRECISION: tuple[str, ...] = ("float64", "float32")
+#: eps below float16's smallest subnormal (6e-8), e.g. 1e-8 or 1e-9, underflows to 0 in float16.
+NO_FLOAT16: tuple[str, ...] = ("float64", "float32", "bfloat16")
 
 #: Conventions a correct case may claim (``sigma_ref.conventions.PRESETS`` plus RLOO).
 PRESET_NAMES: tuple[str, ...] = ("paper", "post", "dr_grpo", "trl", "trl_batch", "verl", "openrlhf", "rloo")
@@ -50,6 +55,11 @@ class Case:
       index: np.ndarray[N]) -> np.ndarray[N]``, its values through the oracle.
     * ``clip``: a declared symmetric clamp of the advantages (OpenRLHF's
       ``reward.clip_range``), or ``None``.
+    * ``dtypes``: the input dtypes it declares (an :class:`~sigma_ref.conformance.Adapter`'s
+      ``dtypes``): code that squares in the input dtype overflows in float16 at |R| = 1024
+      and is declared for float64/float32 only, as its trainer feeds it float32 rewards;
+      code adding an eps below float16's smallest subnormal (1e-8, 1e-9) in the input dtype
+      gives 0/0 on silent groups in float16 and does not declare it.
     """
 
     name: str
@@ -68,6 +78,7 @@ class Case:
     precision: str = "input"
     expected: Callable | None = None
     clip: float | None = None
+    dtypes: tuple[str, ...] = ALL_DTYPES
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:

@@ -20,7 +20,7 @@ import torch
 
 from sigma_ref import Convention, grpo_advantage
 
-from .cases import Case
+from .cases import FULL_PRECISION, NO_FLOAT16, Case
 
 # ---------------------------------------------------------------------------------------
 # verl (volcengine/verl 0.8.0.dev, verl/trainer/ppo/core_algos.py)
@@ -219,7 +219,7 @@ def openrlhf_dr_grpo(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 def open_instruct_numpy(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """open-instruct grpo_fast: numpy reshape, ndarray.std (ddof 0) + 1e-8, back to torch."""
-    scores = rewards.detach().cpu().numpy()
+    scores = np.array(rewards.tolist())  # open-instruct's scores arrive as a list of floats
     scores_per_prompt = scores.reshape(-1, group_size)
     mean_grouped_rewards = np.repeat(scores_per_prompt.mean(axis=-1), group_size, axis=0)
     std_grouped_rewards = np.repeat(scores_per_prompt.std(axis=-1), group_size, axis=0)
@@ -229,7 +229,7 @@ def open_instruct_numpy(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 def open_instruct_centered(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """open-instruct advantage_normalization_type='centered': numpy mean-centring only."""
-    scores = rewards.detach().cpu().numpy()
+    scores = np.array(rewards.tolist())
     mean_grouped_rewards = np.repeat(scores.reshape(-1, group_size).mean(axis=-1), group_size, axis=0)
     return torch.from_numpy(scores - mean_grouped_rewards).to(rewards.device)
 
@@ -250,7 +250,7 @@ def oat_monte_carlo_drgrpo(rewards: torch.Tensor, group_size: int) -> torch.Tens
 
 def rllm_numpy_per_group(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
     """rllm rl_algo: numpy per group, np.std (ddof 0) + 1e-6; a group of one gets mean 0, std 1."""
-    r = rewards.detach().cpu().numpy().astype(np.float64)
+    r = np.asarray(rewards.tolist(), dtype=np.float64)
     out = np.empty_like(r)
     groups: dict = defaultdict(list)
     for i, uid in enumerate(index.tolist()):
@@ -346,14 +346,14 @@ def float32_stats_cast_back(rewards: torch.Tensor, group_size: int) -> torch.Ten
     """TRL-style, statistics in float32 (`.float()` first), result cast back to the input dtype."""
     r = rewards.float().view(-1, group_size)
     mean = r.mean(dim=1, keepdim=True)
-    std = r.std(dim=1, keepdim=True)
+    std = r.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
     return ((r - mean) / (std + 1e-4)).view(-1).to(rewards.dtype)
 
 
 def bf16_upcast_float32_out(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """Upcasts to float32 for the statistics and returns float32 (bf16 in, float32 out)."""
     r = rewards.to(torch.float32).view(-1, group_size)
-    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).view(-1)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-8)).view(-1)
 
 
 def seed_post_python_loop(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -517,6 +517,7 @@ CASES: list[Case] = [
         loss=trl_grpo_loss,
         aggregation="seq-mean-token-mean",
         note="nanmean / nanstd (Bessel) over view(-1, G), + 1e-4; never detaches (no no_grad)",
+        dtypes=FULL_PRECISION,
     ),
     Case(
         "trl_rewards_per_func",
@@ -536,6 +537,7 @@ CASES: list[Case] = [
         f"{_O} estimator 'group_norm'",
         "openrlhf",
         note="reshape(-1, n), tensor.std (Bessel) + 1e-9, under no_grad",
+        dtypes=NO_FLOAT16,
     ),
     Case(
         "trl_grpo_batch_scale",
@@ -547,6 +549,7 @@ CASES: list[Case] = [
         loss=trl_bnpo_loss,
         aggregation="token-mean",
         note="group mean subtracted, divided by one nanstd of the raw batch rewards + 1e-4",
+        dtypes=FULL_PRECISION,
     ),
     Case(
         "trl_grpo_scale_none",
@@ -633,6 +636,7 @@ CASES: list[Case] = [
         "critic_type='grpo'",
         "post",
         note="view(-1, n).std() (Bessel) + 1e-8: the seed post's convention",
+        dtypes=NO_FLOAT16,
     ),
     Case(
         "oat_monte_carlo_drgrpo",
@@ -681,6 +685,7 @@ CASES: list[Case] = [
         "volcengine/verl 0.8.0.dev verl/utils/groupwise.py as_torch_index + group_mean_std (two-pass here)",
         "verl",
         note="ids factorised first-seen, scatter_add counts/sums, two-pass Bessel std + 1e-6, singleton 0/1",
+        dtypes=FULL_PRECISION,
     ),
     Case(
         "unique_inverse_float32",
@@ -736,8 +741,9 @@ CASES: list[Case] = [
         bf16_upcast_float32_out,
         "contiguous",
         True,
-        "CS336 assignment 5 compute_group_normalized_rewards pattern (torch.std + advantage_eps=1e-6)",
-        "verl",
+        "stanford-cs336 assignment 5 compute_group_normalized_rewards pattern (torch.std + advantage_eps, "
+        "here 1e-8)",
+        "post",
         note="upcasts to float32 and returns float32 (more precise than bf16/fp16 input, less than float64)",
         precision="float32",
     ),
@@ -760,6 +766,7 @@ CASES: list[Case] = [
         note="group_norm then the default reward clip (-10, 10); |A| <= (G-1)/sqrt(G) so the clip bites only "
         "for G >= 102: the openrlhf preset has no clip field",
         clip=10.0,
+        dtypes=NO_FLOAT16,
     ),
     Case(
         "verl_spread_filter",
@@ -780,6 +787,7 @@ CASES: list[Case] = [
         None,
         note="Bessel variance floored at 1e-6, i.e. d = max(std_b, 1e-3): floor placement, not a preset",
         expected=_floor_expected,
+        dtypes=FULL_PRECISION,
     ),
     Case(
         "dapo_uid_filter_exact",

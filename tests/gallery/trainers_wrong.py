@@ -215,6 +215,14 @@ def eps_inside_sqrt_verl(rewards: torch.Tensor, index: np.ndarray) -> torch.Tens
     return scores
 
 
+@torch.no_grad()
+def fp16_eps_underflow(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """OpenRLHF's group_norm (std + 1e-9) run on float16 rewards: 1e-9 rounds to 0 in float16."""
+    r = rewards.reshape(-1, group_size)
+    r = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-9)
+    return r.reshape(-1)
+
+
 # ---------------------------------------------------------------------------------------
 # contract: mutation, NaN, rounding, singletons, clamps, randomness, integer arithmetic
 
@@ -546,6 +554,18 @@ CASES: list[Case] = [
         note="TRL divides by the std of the raw batch rewards; this by the std of the group-centred ones",
     ),
     Case(
+        "fp16_eps_underflow",
+        fp16_eps_underflow,
+        "contiguous",
+        False,
+        "OpenRLHF/OpenRLHF main openrlhf/trainer/ppo_utils/experience_maker.py group_norm on float16 rewards",
+        "openrlhf",
+        breaks=("silent_group_zero", "finite_output"),
+        cause_words=("float16", "underflow", "eps"),
+        note="in float16, std + 1e-9 of a silent group is 0 + 0 (1e-9 is below the smallest subnormal 6e-8): "
+        "0/0 = NaN; correct in float32/bfloat16, so only a silent-group probe in float16 finds it",
+    ),
+    Case(
         "in_place_no_clone",
         in_place_no_clone,
         "index",
@@ -734,6 +754,7 @@ CASES: list[Case] = [
 #: advantage case departs from its intended convention (index None: contiguous groups of G,
 #: the last one partial when G does not divide N).
 WITNESSES: dict[str, tuple] = {
+    "fp16_eps_underflow": ([1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0], None, 4, torch.float16),
     "one_pass_variance_f32": ([5.0, 5.01, 5.0, 5.02, 1.0, 0.0, 0.0, 1.0], None, 4, torch.float64),
     "verl_vectorized_one_pass": (
         [5.0, 5.01, 5.0, 5.02, 0.0, 2e-4, 0.0, 1e-4],
