@@ -661,7 +661,8 @@ CASES: list[Case] = [
         verl_grpo_python_floats,
         "index",
         True,
-        "volcengine/verl 0.2-0.3 core_algos.compute_grpo_outcome_advantage (torch.tensor(id2score[idx]))",
+        "volcengine/verl <= 0.3 core_algos.compute_grpo_outcome_advantage (torch.tensor(id2score[idx])), "
+        "here rebuilt from Python floats",
         "verl",
         note="per-uid lists of Python floats: torch.tensor(list) is float32, so statistics and output "
         "are float32",
@@ -711,7 +712,8 @@ CASES: list[Case] = [
         rllm_numpy_per_group,
         "index",
         True,
-        "rllm-org/rllm rllm/experimental/common/rl_algo.py calculate_grpo_advantages_per_group",
+        "rllm rllm/experimental/common/rl_algo.py calculate_grpo_advantages_per_group (read in the fork "
+        "winnieyangwannan/rllm)",
         None,
         note="numpy per group: np.std (ddof 0) + 1e-6, a group of one gets mean 0 and std 1: not a preset",
         expected=_rllm_expected,
@@ -721,7 +723,7 @@ CASES: list[Case] = [
         nemo_rl_loo_matmul,
         "index",
         True,
-        "NVIDIA/NeMo-RL nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt "
+        "NVIDIA-NeMo/RL nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt "
         "(leave_one_out_baseline=True, normalize_rewards=False)",
         "rloo",
         note="leave-one-out baseline as (1 - I) @ r / (n - 1) per np.unique id; a lone response gets 0",

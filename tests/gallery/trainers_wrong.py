@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .cases import Case
-from .trainers_correct import trl_grpo_nanstd
+from .trainers_correct import trl_grpo_nanstd, verl_grpo_id2score
 
 # ---------------------------------------------------------------------------------------
 # numerics: one-pass variance, variance floors
@@ -422,7 +422,7 @@ CASES: list[Case] = [
         nemo_style_one_pass_std,
         "index",
         False,
-        "NVIDIA/NeMo-RL nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt "
+        "NVIDIA-NeMo/RL nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt "
         "(leave_one_out_baseline=False): std = sqrt(E[x^2] - baseline^2)",
         "paper",
         breaks=("ill_conditioned_groups", "dtype_accuracy"),
@@ -656,7 +656,7 @@ CASES: list[Case] = [
     ),
     Case(
         "dapo_np_std_filter",
-        trl_grpo_nanstd,
+        verl_grpo_id2score,
         "index",
         False,
         "verl recipe/dapo dapo_ray_trainer.py filter_groups: kept iff np.std(metric_vals) > 0 or len == 1",
