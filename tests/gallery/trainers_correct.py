@@ -281,6 +281,25 @@ def nemo_rl_loo_matmul(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor
     return rewards - baseline
 
 
+def cs336_group_normalized(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """stanford-cs336 assignment 5 compute_group_normalized_rewards, as students write it:
+    float32 tensor from the reward list, view(n_groups, G), std (Bessel) + advantage_eps (1e-6)."""
+    raw_reward_list = [float(r) for r in rewards.tolist()]  # reward_fn(resp, gt)["reward"] per rollout
+    raw_rewards = torch.tensor(raw_reward_list, dtype=torch.float32)
+    reshaped_rewards = raw_rewards.view(len(raw_reward_list) // group_size, group_size)
+    group_means = reshaped_rewards.mean(dim=1, keepdim=True)
+    group_stds = reshaped_rewards.std(dim=1, keepdim=True)
+    advantages = (reshaped_rewards - group_means) / (group_stds + 1e-6)
+    return advantages.flatten()
+
+
+def cs336_mean_only(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The same with normalize_by_std=False (Dr. GRPO): float32 from the list, mean-centring only."""
+    raw_rewards = torch.tensor([float(r) for r in rewards.tolist()], dtype=torch.float32)
+    rewards_per_group = raw_rewards.reshape((-1, group_size))
+    return (rewards_per_group - rewards_per_group.mean(dim=-1, keepdim=True)).reshape(-1)
+
+
 # ---------------------------------------------------------------------------------------
 # Vectorised index paths (verl utils/groupwise.as_torch_index factorisation, scatter/index_add)
 
@@ -413,6 +432,7 @@ _RLLM = Convention("rllm", ddof=0, eps=1e-6, singleton="unit_std", source="rllm 
 _OPEN_INSTRUCT = Convention(
     "open_instruct", ddof=0, eps=1e-8, source="open-instruct grpo_fast (np.std + 1e-8)"
 )
+_CS336 = Convention("cs336", ddof=1, eps=1e-6, source="torch.std + advantage_eps=1e-6, contiguous groups")
 _FLOOR = Convention("variance_floor", ddof=1, eps=1e-3, eps_placement="floor", source="sqrt(max(var, 1e-6))")
 
 
@@ -422,6 +442,10 @@ def _rllm_expected(rewards: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 def _open_instruct_expected(rewards: np.ndarray, index: np.ndarray) -> np.ndarray:
     return grpo_advantage(rewards, convention=_OPEN_INSTRUCT, index=index)
+
+
+def _cs336_expected(rewards: np.ndarray, index: np.ndarray) -> np.ndarray:
+    return grpo_advantage(rewards, convention=_CS336, index=index)
 
 
 def _floor_expected(rewards: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -655,6 +679,28 @@ CASES: list[Case] = [
         "huggingface/trl main (2026-07) trl/trainer/rloo_trainer.py (normalize_advantages=False)",
         "rloo",
         note="baseline (nansum - r) / (scorable count - 1); NaN rewards would be left out of the baseline",
+    ),
+    Case(
+        "cs336_group_normalized",
+        cs336_group_normalized,
+        "contiguous",
+        True,
+        "stanford-cs336 assignment 5 (alignment) compute_group_normalized_rewards, many public solutions",
+        None,
+        note="float32 from a list of rewards, Bessel std + 1e-6 on view(n, G): verl's divisor with no "
+        "singleton rule (G = 1 gives NaN), so not a preset; float32 output",
+        precision="float32",
+        expected=_cs336_expected,
+    ),
+    Case(
+        "cs336_mean_only",
+        cs336_mean_only,
+        "contiguous",
+        True,
+        "stanford-cs336 assignment 5 compute_group_normalized_rewards(normalize_by_std=False)",
+        "dr_grpo",
+        note="float32 from a list, reshape(-1, G) minus the group mean",
+        precision="float32",
     ),
     Case(
         "verl_grpo_python_floats",
