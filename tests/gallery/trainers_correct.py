@@ -119,7 +119,8 @@ def dapo_uid_filter_exact(rewards: torch.Tensor, index: np.ndarray) -> torch.Ten
 
 
 def _nanstd(tensor: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """TRL-style std ignoring NaNs, with Bessel's correction."""
+    """TRL-style std ignoring NaNs, with Bessel's correction (count / (count - 1) of int64 counts is
+    computed in torch's default float32, as in TRL)."""
     if dim is None:
         tensor, dim = tensor.reshape(-1), 0
     mean = torch.nanmean(tensor, dim=dim, keepdim=True)
@@ -540,8 +541,10 @@ CASES: list[Case] = [
         "trl",
         loss=trl_grpo_loss,
         aggregation="seq-mean-token-mean",
-        note="nanmean / nanstd (Bessel) over view(-1, G), + 1e-4; never detaches (no no_grad)",
+        note="nanmean / nanstd (Bessel) over view(-1, G), + 1e-4; never detaches (no no_grad); nanstd's "
+        "Bessel factor count / (count - 1) divides int64 tensors, i.e. in float32: ~3e-8 relative in float64",
         dtypes=FULL_PRECISION,
+        precision="float32",
     ),
     Case(
         "trl_rewards_per_func",
@@ -574,6 +577,7 @@ CASES: list[Case] = [
         aggregation="token-mean",
         note="group mean subtracted, divided by one nanstd of the raw batch rewards + 1e-4",
         dtypes=FULL_PRECISION,
+        precision="float32",
     ),
     Case(
         "trl_grpo_scale_none",
