@@ -86,7 +86,7 @@ def mismatch_message(
     diff = np.where(np.isfinite(actual), np.abs(actual - expected), np.inf)
     worst = int(np.argmax(np.where(bad, diff, -1.0)))
     n_bad = int(bad.sum())
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         rel = diff[worst] / abs(expected[worst]) if expected[worst] != 0 else np.inf
     if np.ndim(atol) > 0:
         bound = f"tolerance {np.asarray(atol)[worst] + rtol * abs(expected[worst]):.2g} there"

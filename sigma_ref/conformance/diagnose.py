@@ -292,6 +292,16 @@ def _hypotheses(
                 lambda: as_numpy(ref.advantages(rewards, np.arange(rewards.size) % B)),
             )
         )
+    order_sorted = np.argsort(_sort_keys(index), kind="stable")
+    if not np.array_equal(order_sorted, np.arange(index.size)):
+        hypotheses.append(
+            (
+                "sorted_order",
+                "advantages come back in sorted-id order, not in the order of the inputs: the values are "
+                "right per group but permuted (scatter them back with the inverse of the sort)",
+                lambda: expected[order_sorted],
+            )
+        )
     _, first = np.unique(index, return_index=True)
     order = np.argsort(first, kind="stable")
     runs = np.repeat(np.arange(len(counts)), counts[order])
@@ -370,6 +380,13 @@ def _hypotheses(
         )
     )
     return tests
+
+
+def _sort_keys(index: np.ndarray) -> np.ndarray:
+    """Keys that sort like the ids (numbers numerically, anything else by its string)."""
+    if index.dtype.kind in "iuf":
+        return index
+    return np.array([str(x) for x in index.tolist()])
 
 
 def _divide_like(

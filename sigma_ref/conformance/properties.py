@@ -182,13 +182,15 @@ class Context:
     ) -> np.ndarray:
         """Per-element tolerance at the working precision for input ``dtype`` (:mod:`.precision`).
 
-        The working precision is the coarser of the implementation's (declared or
-        detected) and the input dtype's; groups a spread filter's threshold makes
-        ambiguous get an infinite tolerance.
+        The working precision is the coarsest of the implementation's (declared or
+        detected), the input dtype's and float32's: a deviation below float32's rounding
+        never changes training, so it is never a FAIL (a float64 path that mixes in one
+        float32 step, e.g. a Bessel factor from int counts, stays conformant). Groups a
+        spread filter's threshold makes ambiguous get an infinite tolerance.
         """
         exp = self.expected(batch) if expected is None else expected
         group, d, _ = self.reference.statistics(batch.rewards, batch.index)
-        work = coarser(self.precision, _dtype_name(dtype))
+        work = coarser(coarser(self.precision, _dtype_name(dtype)), "float32")
         tol = advantage_tolerance(batch.rewards, group, d, exp, precision=work, out_dtype=dtype)
         return np.where(self.reference.ambiguous(batch.rewards, batch.index), np.inf, tol)
 
@@ -1306,8 +1308,9 @@ def _check_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     batch, s = ex
     pol = _agg_policy(batch.n, s)
     w = -_token_weights(ctx, pol, batch, torch.ones(batch.n, dtype=torch.float64))
-    u_loss = _loss_unit(ctx, pol, batch)
-    rtol = max(1e-9, SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss)
+    # modes differ by factors of at least 1 + 1/T on responses of different lengths; 1e-6 absorbs
+    # float32 losses and the n_i + 1e-8 that verl and OpenRLHF add to each sequence's length
+    rtol = 1e-6
     try:
         found = detect_aggregation(w, pol.mask, rtol=rtol)
     except ValueError:
@@ -1511,6 +1514,45 @@ _register(
         lambda ctx, p: _batches(ctx, silent="always").flatmap(
             lambda b: _batches(ctx).map(lambda live: _concat(b, live))
         ),
+    )
+)
+
+
+#: Largest |A| a silent group of non-dyadic rewards may get: live advantages are at least
+#: 1/sqrt(G-1) in size, so 1e-2 leaves a factor > 10 below any update the group could give,
+#: while a float32 mean that is one ulp off divided by std + eps (eps >= 1e-6) stays far below it.
+_SILENT_NOISE = 1e-2
+
+
+def _check_non_dyadic_silent(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    keep = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    bad = ~keep & (np.abs(a) > _SILENT_NOISE)
+    if bad.any():
+        i = int(np.argmax(bad))
+        ctx.fail(
+            f"out[{i}]={a[i]:.6g} in a silent group (all rewards {batch.rewards[i]:.17g}), but should be 0 "
+            f"(|A| <= {_SILENT_NOISE:g})",
+            batch,
+            cause="the group's mean of equal non-dyadic rewards is not exactly the reward, so R - mean is "
+            "a rounding residue ~1e-17 and a 'std > 0' guard divides it by a std of the same size; "
+            "test silence with max == min (or torch.std, which is exact here), or add an eps",
+        )
+
+
+_register(
+    Property(
+        "non_dyadic_silent_group",
+        "silent",
+        "A silent group of rewards that are not exact binary fractions (0.1, 0.3, 1/3, 0.7) still gets "
+        "|A| <= 1e-2, never an O(1) advantage from a rounding residue divided by a tiny std (a WARN for "
+        "code computing in float32, where an eps below the rewards' rounding cannot guard it).",
+        _check_non_dyadic_silent,
+        required=lambda ctx: ctx.precision == "float64",
+        examples=lambda ctx, p: [
+            Batch.grouped([[0.1] * 6, [0.3] * 6, [0.7] * 6, [1 / 3] * 6, [0.9, 0.2, 0.4, 0.1, 0.6, 0.3]]),
+            Batch.grouped([[0.1] * 3, [0.7] * 3, [0.2, 0.9, 0.4]]),
+        ],
     )
 )
 
@@ -1798,6 +1840,46 @@ _register(
         "advantages within the dtype's tolerance.",
         _check_half,
         _half_range,
+        applies=lambda ctx, p: (
+            None if {"float16", "bfloat16"} & set(ctx.adapter.dtypes) else "no half dtype declared"
+        ),
+    )
+)
+
+
+def _check_half_silent(ctx: Context, ex: tuple[Batch, str], p: Any) -> None:
+    batch, dtype_name = ex
+    out = ctx.call(batch, dtype=_DTYPES[dtype_name])
+    a = ctx.adapter.flat(out).detach().to("cpu", torch.float64).numpy()
+    silent = ~as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    bad = silent & ~(np.abs(a) <= 1e-3)
+    if bad.any():
+        i = int(np.argmax(bad))
+        eps = ctx.reference.eps
+        ctx.fail(
+            f"{dtype_name} advantages: out[{i}]={a[i]} in a silent group, but should be 0",
+            batch,
+            cause=f"std = 0 and the eps ({eps:g}) is below {dtype_name}'s smallest subnormal, so it rounds to "
+            "0 and the division is 0/0; guard silent groups explicitly or compute in float32"
+            if 0 < eps < 6e-8 and dtype_name == "float16"
+            else "silent groups are not guarded in this dtype",
+            confirmed=0 < eps < 6e-8 and dtype_name == "float16",
+        )
+
+
+_register(
+    Property(
+        "half_precision_silent",
+        "numerics",
+        "Silent groups stay 0 in float16 and bfloat16 too (an eps below float16's smallest subnormal, "
+        "6e-8, rounds to 0 and gives 0/0): a WARN, as trainers feed float32 rewards.",
+        _check_half_silent,
+        lambda ctx, p: [
+            (Batch.grouped([[1.0] * 4, [0.0] * 4, [1.0, 0.0, 0.0, 0.0]]), d)
+            for d in ("float16", "bfloat16")
+            if d in ctx.adapter.dtypes
+        ],
+        required=lambda ctx: False,
         applies=lambda ctx, p: (
             None if {"float16", "bfloat16"} & set(ctx.adapter.dtypes) else "no half dtype declared"
         ),
