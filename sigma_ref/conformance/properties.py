@@ -1859,8 +1859,8 @@ def _check_half_silent(ctx: Context, ex: tuple[Batch, str], p: Any) -> None:
         ctx.fail(
             f"{dtype_name} advantages: out[{i}]={a[i]} in a silent group, but should be 0",
             batch,
-            cause=f"std = 0 and the eps ({eps:g}) is below {dtype_name}'s smallest subnormal, so it rounds to "
-            "0 and the division is 0/0; guard silent groups explicitly or compute in float32"
+            cause=f"std = 0 and the eps ({eps:g}) is below {dtype_name}'s smallest subnormal, so it "
+            "rounds to 0 and the division is 0/0; guard silent groups explicitly or compute in float32"
             if 0 < eps < 6e-8 and dtype_name == "float16"
             else "silent groups are not guarded in this dtype",
             confirmed=0 < eps < 6e-8 and dtype_name == "float16",
