@@ -352,6 +352,25 @@ def _hypotheses(
             ),
         ),
     ]
+    top = float(np.abs(actual).max()) if actual.size else 0.0
+    if top > 0 and float(np.abs(expected).max()) > top * 1.001:
+        tests.append(
+            (
+                f"clamp:{top:.6g}",
+                f"advantages are clamped to [-{top:.6g}, {top:.6g}]: undeclared (an advantage clip such as "
+                "OpenRLHF's default 10 cuts A+ = sqrt((G-k)/k) of large groups)",
+                lambda: _close(actual, np.clip(expected, -top, top)),
+            )
+        )
+    if ref.family == "rloo":
+        sums = np.bincount(inv, rewards)[inv]
+        tests.append(
+            (
+                "rloo_divides_by_g",
+                "the leave-one-out mean divides by G instead of G - 1: A = R - (sum - R) / G",
+                lambda: _close(actual, rewards - (sums - rewards) / sizes),
+            )
+        )
     last = inv == inv[-1]
     tests.append(
         (

@@ -1330,6 +1330,23 @@ def _check_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
         )
     i = int(torch.argmax((w - expected).abs().sum(-1)))
     cause = f"the loss applies {seen} weights"
+    on = pol.mask > 0
+    if found is None and resolve_aggregation(declared) == "token-mean":
+        # a token-mean whose normaliser differs between parts of the batch: per-micro-batch counts
+        per_row = [sorted({round(float(v), 12) for v in w[r][on[r]]}) for r in range(batch.n)]
+        if all(len(v) == 1 for v in per_row) and len({v[0] for v in per_row}) == 2:
+            cut = next(r for r in range(1, batch.n) if per_row[r] != per_row[r - 1])
+            if all(per_row[r] == per_row[0] for r in range(cut)) and all(
+                per_row[r] == per_row[cut] for r in range(cut, batch.n)
+            ):
+                n1, n2 = int(on[:cut].sum()), int(on[cut:].sum())
+                w1, w2 = per_row[0][0], per_row[cut][0]
+                cause = (
+                    f"rows 0-{cut - 1} get weight {w1:.4g} and rows {cut}-{batch.n - 1} {w2:.4g}: each part "
+                    f"of the batch is divided by its own token count ({n1} and {n2}) and the parts "
+                    f"averaged, a normaliser taken per micro-batch instead of over all {n1 + n2} tokens"
+                )
+                found = ("per-micro-batch token-mean", None)
     if found is not None and found[0] == "seq-mean-token-sum-norm" and found[1] == _T:
         if resolve_aggregation(declared) == "seq-mean-token-mean":
             cause = (
@@ -1656,7 +1673,9 @@ _register(
         "DAPO's dynamic sampling keeps a group iff 0 < k < G (sigma > 0): the implementation's keep mask "
         "(or its set of groups with non-zero advantages) equals dapo_keep_mask(R).",
         _check_keep,
-        lambda ctx, p: list(_WITH_SILENT) + _BINARY,
+        # a silent group of non-dyadic rewards too: np.std([0.1] * 3) is 1.4e-17, not 0, so a
+        # `std > 0` filter keeps it
+        lambda ctx, p: [*_WITH_SILENT, *_BINARY, Batch.grouped([[0.1, 0.1, 0.1], [0.3, 0.7, 0.3]])],
         lambda ctx, p: _batches(ctx, binary=True),
     )
 )
