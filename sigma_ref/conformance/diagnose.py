@@ -97,7 +97,8 @@ def _explaining(
         return []
     finally:
         _TOL.update(saved)
-    return found
+    specific = [f for f in found if not f[0].startswith(("factor:", "clamp:"))]
+    return specific or found  # a constant factor or a clamp only when nothing more specific fits
 
 
 def diagnose_mismatch(ctx: Any, batch: Any, actual: np.ndarray) -> tuple[str | None, bool]:

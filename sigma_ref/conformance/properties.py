@@ -26,6 +26,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from .. import strategies as sst
+from .._compare import mismatch_message
 from ..advantages import dapo_keep_mask
 from ..identity import decompose, policy_gradient
 from ..objectives import (
@@ -35,7 +36,6 @@ from ..objectives import (
     loss_gradient,
     resolve_aggregation,
 )
-from ..testing import mismatch_message
 from .adapter import Adapter, Batch
 from .detect import Detection
 from .diagnose import diagnose_mismatch
