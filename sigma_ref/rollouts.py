@@ -216,7 +216,9 @@ def _read_table(path: str, fmt: str, columns: list[str], progress: bool | None) 
         if "changed from" in message or "conversion error" in message.lower():
             raise ValueError(f"{path}: a column holds mixed types ({message})") from None
         raise ValueError(f"{path}: cannot read it as {fmt} ({message})") from None
-    table = pa.Table.from_batches(batches, schema=schema.select(columns) if fmt != "json" else schema)
+    if fmt == "parquet":
+        schema = pa.schema([schema.field(c) for c in columns])
+    table = pa.Table.from_batches(batches, schema=schema)
     if table.num_rows == 0:
         raise ValueError(f"{path} holds no rollouts (a header and no rows)")
     return table
@@ -266,11 +268,15 @@ def rollout_counts(prompt: np.ndarray, correct: np.ndarray, group: np.ndarray | 
 
     ``prompt``: integer prompt code per row; ``correct``: 0/1 per row; ``group``: integer
     group code per row, or ``None`` to take runs of consecutive rows with the same prompt
-    as groups. Returns ``(n, k, group_n, group_k, group_prompt)``.
+    as groups: the most common run length is the logged ``G``, and a run of ``m G`` rows (the
+    same prompt's groups back to back) is split into ``m`` groups. Returns
+    ``(n, k, group_n, group_k, group_prompt)``.
 
     >>> n, k, gn, gk, gp = rollout_counts(np.array([0, 0, 1, 1, 0, 0]), np.array([1, 0, 1, 1, 0, 0]))
     >>> n.tolist(), k.tolist(), gn.tolist(), gk.tolist(), gp.tolist()
     ([4, 2], [1, 2], [2, 2, 2], [1, 2, 0], [0, 1, 0])
+    >>> rollout_counts(np.array([0, 0, 1, 1, 1, 1]), np.array([1, 0, 1, 1, 0, 0]))[2:]
+    (array([2, 2, 2]), array([1, 2, 0]), array([0, 1, 1]))
     """
     prompt = np.asarray(prompt, dtype=np.int64)
     correct = np.asarray(correct, dtype=np.int64)
@@ -279,9 +285,16 @@ def rollout_counts(prompt: np.ndarray, correct: np.ndarray, group: np.ndarray | 
     k = np.bincount(prompt, weights=correct, minlength=size).astype(np.int64)
     if group is None:
         starts = np.flatnonzero(np.r_[True, prompt[1:] != prompt[:-1]])
-        group_prompt = prompt[starts]
-        group_n = np.diff(np.r_[starts, prompt.size])
-        group_k = np.add.reduceat(correct, starts) if starts.size else np.zeros(0, np.int64)
+        lengths = np.diff(np.r_[starts, prompt.size])
+        G = int(np.bincount(lengths).argmax()) if lengths.size else 0
+        # a run of m*G rows (a prompt's groups logged back to back) is m groups of G
+        split = (lengths % G == 0) & (lengths > G) if G > 1 else np.zeros(lengths.shape, bool)
+        keep = ~split
+        rows = np.repeat(split, lengths)
+        chunks = correct[rows].reshape(-1, G).sum(axis=1) if split.any() else np.zeros(0, np.int64)
+        group_prompt = np.r_[prompt[starts[keep]], prompt[rows][::G] if split.any() else []].astype(np.int64)
+        group_n = np.r_[lengths[keep], np.full(chunks.size, G)].astype(np.int64)
+        group_k = np.r_[np.add.reduceat(correct, starts)[keep] if starts.size else [], chunks].astype(np.int64)
     else:
         key = prompt * (int(np.asarray(group).max()) + 1) + np.asarray(group, dtype=np.int64)
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
