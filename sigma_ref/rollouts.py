@@ -109,9 +109,7 @@ def _pyarrow() -> Any:
     try:
         import pyarrow
     except ImportError:  # pragma: no cover - the audit extra is installed in tests
-        raise ImportError(
-            "reading rollout logs needs pyarrow: pip install 'sigma-ref[audit]'"
-        ) from None
+        raise ImportError("reading rollout logs needs pyarrow: pip install 'sigma-ref[audit]'") from None
     return pyarrow
 
 
@@ -294,7 +292,9 @@ def rollout_counts(prompt: np.ndarray, correct: np.ndarray, group: np.ndarray | 
         chunks = correct[rows].reshape(-1, G).sum(axis=1) if split.any() else np.zeros(0, np.int64)
         group_prompt = np.r_[prompt[starts[keep]], prompt[rows][::G] if split.any() else []].astype(np.int64)
         group_n = np.r_[lengths[keep], np.full(chunks.size, G)].astype(np.int64)
-        group_k = np.r_[np.add.reduceat(correct, starts)[keep] if starts.size else [], chunks].astype(np.int64)
+        group_k = np.r_[np.add.reduceat(correct, starts)[keep] if starts.size else [], chunks].astype(
+            np.int64
+        )
     else:
         key = prompt * (int(np.asarray(group).max()) + 1) + np.asarray(group, dtype=np.int64)
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)

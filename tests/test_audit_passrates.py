@@ -44,8 +44,12 @@ def test_every_bad_line_listed_with_file_and_line(tmp_path: Path, capsys) -> Non
     code, out, err = _run(["audit", "--file", str(path)], capsys)
     assert code == 2 and out == ""
     assert "4 bad pass rates" in err
-    for line, token, why in [(2, "abc", "not a number"), (3, "1.5", "outside [0, 1]"),
-                             (4, "-0.1", "outside [0, 1]"), (6, "nan", "outside [0, 1]")]:
+    for line, token, why in [
+        (2, "abc", "not a number"),
+        (3, "1.5", "outside [0, 1]"),
+        (4, "-0.1", "outside [0, 1]"),
+        (6, "nan", "outside [0, 1]"),
+    ]:
         assert f"{path}:{line}: {token!r} ({why}" in err
 
 
@@ -77,8 +81,13 @@ def test_file_errors_exit_2(argv, needle, tmp_path: Path, capsys, monkeypatch) -
 
 def test_closed_stdin_in_a_shell() -> None:
     """``sigma-ref audit --file - <&-``: a message, not a traceback."""
-    done = subprocess.run([sys.executable, "-m", "sigma_ref.cli", "audit", "--file", "-"],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "sigma_ref.cli", "audit", "--file", "-"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "holds no pass rates" in done.stderr
 
 
@@ -128,9 +137,11 @@ def test_streamed_outputs_equal_the_audit(flag: str, tmp_path: Path, capsys, mon
             p, s, c, e, status = line.split(",")
             assert (float(p), float(s), status) == (row.p, row.silent_rate, row.status)
             assert (int(c) if c else None, int(e) if e else None) == (
-                row.closed_form_group_size, row.exact_group_size)
+                row.closed_form_group_size,
+                row.exact_group_size,
+            )
     else:
-        body = out.splitlines()[-len(rates):]
+        body = out.splitlines()[-len(rates) :]
         assert [line.split()[-1] for line in body] == [r.status for r in want.rows]
         assert body[3].split()[0] == "0.999999" and body[6].split()[2:6] == [">", "2**62", ">", "2**40"]
 
@@ -150,8 +161,12 @@ def _eager_torch() -> bool:
     return "\nfrom .advantages import" in init or "\nimport torch\n" in arrays
 
 
-@pytest.mark.xfail(_eager_torch(), reason="sigma_ref/__init__.py or _arrays.py import torch eagerly "
-                   "(the lazy package is issue 12 item 4, another branch)", strict=True)
+@pytest.mark.xfail(
+    _eager_torch(),
+    reason="sigma_ref/__init__.py or _arrays.py import torch eagerly "
+    "(the lazy package is issue 12 item 4, another branch)",
+    strict=True,
+)
 def test_audit_path_imports_no_torch_or_sympy() -> None:
     """``sigma-ref audit 0.5 0.3 --G 8`` runs without importing torch, sympy, pyarrow or matplotlib."""
     done = subprocess.run([sys.executable, "-c", _STARTUP], capture_output=True, text=True, cwd=ROOT)

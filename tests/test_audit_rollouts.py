@@ -41,9 +41,7 @@ def log_table():
     return pa.table(make_log(128_000, G=8, groups=4, seed=3))
 
 
-@pytest.mark.parametrize(
-    "n,G", [(n, G) for n in range(1, 13) for G in range(1, 14)], ids=lambda v: str(v)
-)
+@pytest.mark.parametrize("n,G", [(n, G) for n in range(1, 13) for G in range(1, 14)], ids=lambda v: str(v))
 def test_subsampled_matches_exact_hypergeometric(n: int, G: int) -> None:
     """``(C(k,G) + C(n-k,G)) / C(n,G)`` for every k, against exact integers; nan where G > n."""
     k = np.arange(n + 1)
