@@ -57,7 +57,8 @@ class TableCell:
 def group_size_table(ps: Any = TABLE_P, targets: Any = TABLE_TARGETS) -> list[TableCell]:
     """The exact group-size table: one :class:`TableCell` per ``(p, 1 - epsilon)``.
 
-    >>> [(c.p, c.target, c.exact, c.exact_mirror, round(c.closed_form, 2)) for c in group_size_table([0.5], [0.95])]
+    >>> cells = group_size_table([0.5], [0.95])
+    >>> [(c.p, c.target, c.exact, c.exact_mirror, round(c.closed_form, 2)) for c in cells]
     [(0.5, 0.95, 11, 11, 10.0)]
     """
     from .difficulty import exact_group_size

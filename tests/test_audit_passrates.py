@@ -1,8 +1,7 @@
-"""``sigma-ref audit --file``: the pass-rate file format, its errors, large inputs, start-up (issues 12, 13)."""
+"""``sigma-ref audit --file``: the file format, its errors, large inputs, start-up (issues 12, 13)."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -180,4 +179,3 @@ def test_cli_module_imports_lazily() -> None:
         source = (ROOT / "sigma_ref" / f"{name}.py").read_text()
         top = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
         assert not [line for line in top if "torch" in line or "sympy" in line or "conformance" in line], name
-    del io

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sigma_ref import exact_group_size, grpo_advantage, group_sigma, min_group_size, policy_gradient
+from sigma_ref import exact_group_size, group_sigma, grpo_advantage, min_group_size, policy_gradient
 from sigma_ref.cli import main
 from sigma_ref.reproduce import TABLE_P, TABLE_TARGETS, controlled_experiment, group_size_table
 
 pytest.importorskip("matplotlib")
-from sigma_ref.plots import PNG_SIZE  # noqa: E402
+from sigma_ref.plots import PNG_SIZE
 
 
 def test_table_is_exact_group_size() -> None:
