@@ -99,7 +99,8 @@ def test_consecutive_runs_split_into_groups() -> None:
     correct = np.array([1, 1, 0, 0, 1, 0, 0, 0])
     n, k, gn, gk, gp = rollout_counts(prompt, correct)
     assert n.tolist() == [4, 2, 2] and k.tolist() == [2, 1, 0]
-    assert sorted(zip(gp.tolist(), gn.tolist(), gk.tolist(), strict=True)) == [(0, 2, 0), (0, 2, 2), (1, 2, 1), (2, 2, 0)]
+    groups = sorted(zip(gp.tolist(), gn.tolist(), gk.tolist(), strict=True))
+    assert groups == [(0, 2, 0), (0, 2, 2), (1, 2, 1), (2, 2, 0)]
 
 
 def test_shuffled_log_has_no_groups(tmp_path: Path) -> None:
