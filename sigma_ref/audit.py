@@ -362,7 +362,9 @@ class RolloutAudit:
 def table(head: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
     """Lines of a right-aligned text table."""
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    line = "  ".join
+    def line(cells: Any) -> str:
+        return "  ".join(cells).rstrip()
+
     return [
         line(h.rjust(w) for h, w in zip(head, widths, strict=True)),
         line("-" * w for w in widths),
