@@ -362,6 +362,7 @@ class RolloutAudit:
 def table(head: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
     """Lines of a right-aligned text table."""
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+
     def line(cells: Any) -> str:
         return "  ".join(cells).rstrip()
 
