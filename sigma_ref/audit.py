@@ -495,29 +495,53 @@ def parse_pass_rates(data: bytes, source: str = "<input>") -> np.ndarray:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     clean = re.sub(rb"#[^\n]*", b"", data) if b"#" in data else data
-    tokens = clean.replace(b",", b" ").split()
-    if not tokens:
+    values = None
+    try:
+        parts = [_parse_chunk(chunk) for chunk in _chunks(clean)]
+        values = np.concatenate(parts) if parts else np.zeros(0)
+    except ValueError:  # a token that is not a number
+        values = None
+    if values is not None and values.size == 0:
         raise ValueError(
             f"{source} holds no pass rates (numbers in [0, 1], separated by spaces, commas or lines)"
         )
-    values = None
-    try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        values = pc.cast(pa.array(tokens, type=pa.binary()).cast(pa.string()), pa.float64()).to_numpy()
-    except ImportError:  # pragma: no cover - the audit extra is installed in tests
-        try:
-            values = np.array(tokens, dtype=np.float64)
-        except ValueError:
-            values = None
-    except (ValueError, TypeError, UnicodeDecodeError, Exception) as exc:  # ArrowInvalid: a bad token
-        if type(exc).__name__ not in {"ArrowInvalid", "ValueError", "TypeError", "UnicodeDecodeError"}:
-            raise
-        values = None
     if values is not None and np.all((values >= 0) & (values <= 1)):
         return values
     raise ValueError(_bad_tokens(data, source))
+
+
+_CHUNK_BYTES = 1 << 25
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    """``data`` in pieces of about ``_CHUNK_BYTES``, each cut at a separator (a bounded token list)."""
+    import re
+
+    separator = re.compile(rb"[\s,]")
+    start = 0
+    while start < len(data):
+        end = start + _CHUNK_BYTES
+        found = separator.search(data, end) if end < len(data) else None
+        end = found.start() if found else len(data)
+        yield data[start:end]
+        start = end + 1
+
+
+def _parse_chunk(chunk: bytes) -> np.ndarray:
+    """The numbers of one chunk; ``ValueError`` on a token that is not one."""
+    tokens = chunk.replace(b",", b" ").split()
+    if not tokens:
+        return np.zeros(0)
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ImportError:  # pragma: no cover - the audit extra is installed in tests
+        return np.array(tokens, dtype=np.float64)
+    try:
+        text = pa.array(tokens, type=pa.binary()).cast(pa.string())
+        return pc.cast(text, pa.float64()).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _bad_tokens(data: bytes, source: str) -> str:
@@ -622,11 +646,7 @@ def _strings(cols: AuditColumns, lo: int, hi: int, *, table_text: bool) -> dict[
     edge = (p == 0) | (p == 1)
 
     def text(x: np.ndarray) -> Any:
-        # rates from logs are k/n: format each distinct value once, then gather
-        values, inverse = np.unique(x, return_inverse=True)
-        if values.size > x.size // 4:
-            return pc.cast(pa.array(x), pa.string())
-        return pc.take(pc.cast(pa.array(values), pa.string()), pa.array(inverse.reshape(-1)))
+        return pc.cast(pa.array(x), pa.string())  # shortest digits that read back exactly
 
     def sizes(x: np.ndarray, bound: str) -> Any:
         x = x[lo:hi]
@@ -644,7 +664,8 @@ def _strings(cols: AuditColumns, lo: int, hi: int, *, table_text: bool) -> dict[
         silent = pc.binary_join_element_wise(whole, ".", frac, "%", "")
     else:
         silent = text(cols.silent_rate[lo:hi])
-    status = pa.array(np.array(STATUS_NAMES, dtype=object)[cols.status[lo:hi]], type=pa.string())
+    codes = pa.array(cols.status[lo:hi].astype(np.int8))
+    status = pa.DictionaryArray.from_arrays(codes, pa.array(STATUS_NAMES)).cast(pa.string())
     return {
         "p": text(p),
         "silent": silent,

@@ -179,3 +179,23 @@ def test_cli_module_imports_lazily() -> None:
         source = (ROOT / "sigma_ref" / f"{name}.py").read_text()
         top = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
         assert not [line for line in top if "torch" in line or "sympy" in line or "conformance" in line], name
+
+
+def test_chunked_parse_equals_whole(monkeypatch) -> None:
+    """Parsing in chunks cut at separators gives the same rates as one piece, and finds bad tokens."""
+    import sigma_ref.audit as audit
+
+    rng = np.random.default_rng(5)
+    rates = rng.random(2000)
+    data = (
+        "# head\n"
+        + ", ".join(map(repr, rates[:1000].tolist()))
+        + "\n"
+        + "\n".join(map(repr, rates[1000:].tolist()))
+    ).encode()
+    monkeypatch.setattr(audit, "_CHUNK_BYTES", 97)
+    assert np.array_equal(parse_pass_rates(data), rates)
+    with pytest.raises(ValueError, match=r"<input>:1003: 'x' \(not a number\)"):
+        parse_pass_rates(data + b"\nx\n")
+    with pytest.raises(ValueError, match=r"<input>:2: '\\xff1'"):
+        parse_pass_rates(b"0.5\n\xff1\n")
