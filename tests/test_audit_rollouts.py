@@ -166,3 +166,16 @@ def test_cli_rollouts(log_table, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert data["logged_G"] == 8 and [r["G"] for r in data["silent"]] == [8, 16, 32]
     assert main(["audit", "--rollouts", str(path), "--reward-col", "score"]) == 2
     assert "no column 'score'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_progress_bar_only_when_asked_or_on_a_terminal(
+    log_table, tmp_path: Path, capsys, suffix: str
+) -> None:
+    """``progress=True`` draws a tqdm bar on stderr; the default draws none when stderr is not a TTY."""
+    pytest.importorskip("tqdm")
+    path = _write(log_table, tmp_path / f"log{suffix}")
+    read_rollouts(path)
+    assert capsys.readouterr().err == ""
+    read_rollouts(path, progress=True)
+    assert "reading rollouts" in capsys.readouterr().err
