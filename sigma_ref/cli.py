@@ -47,6 +47,8 @@ def _audit(args: argparse.Namespace) -> int:
         if extra is None
         else np.concatenate([np.asarray(rates, float), extra])
     )
+    if args.top < 1:
+        raise ValueError(f"--top {args.top}: show at least one row (--top 1); --all shows every row")
     G = int(_one(args.G, 8, "--G"))
     eps = _one(args.epsilon, 0.05, "--epsilon")
     small = p.size <= args.top
@@ -158,8 +160,9 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         help="tolerated fidelity loss (pass rates: one, default 0.05; rollouts: default 0.1 0.05 0.01)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table (every row)")
-    p.add_argument("--csv", action="store_true", help="pass rates: print every row as CSV")
+    machine = p.add_mutually_exclusive_group()
+    machine.add_argument("--json", action="store_true", help="print JSON instead of a table (every row)")
+    machine.add_argument("--csv", action="store_true", help="pass rates: print every row as CSV")
     p.add_argument(
         "--top",
         type=int,

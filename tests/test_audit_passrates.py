@@ -67,6 +67,7 @@ def test_bad_lines_are_capped(tmp_path: Path, capsys) -> None:
         (["audit", "--file", "EMPTY"], "holds no pass rates"),
         (["audit", "--file", "-"], "standard input is closed"),
         (["audit", "0.5", "--G", "8", "16"], "--G takes one value for pass rates"),
+        (["audit", "0.5", "--top", "0"], "--top 0: show at least one row"),
     ],
 )
 def test_file_errors_exit_2(argv, needle, tmp_path: Path, capsys, monkeypatch) -> None:
@@ -199,3 +200,9 @@ def test_chunked_parse_equals_whole(monkeypatch) -> None:
         parse_pass_rates(data + b"\nx\n")
     with pytest.raises(ValueError, match=r"<input>:2: '\ufffd1' \(not a number\)"):
         parse_pass_rates(b"0.5\n\xff1\n")
+
+
+def test_json_and_csv_exclude_each_other(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["audit", "0.5", "--json", "--csv"])
+    assert stop.value.code == 2 and "not allowed with argument --json" in capsys.readouterr().err
