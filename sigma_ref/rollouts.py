@@ -141,7 +141,7 @@ def _format_of(path: str, fmt: str | None) -> str:
         return fmt
     lower = path.lower()
     for suffix, name in _FORMATS.items():
-        if lower.endswith(suffix) or lower.endswith(suffix + ".gz"):
+        if lower.endswith(suffix):
             return name
     raise ValueError(
         f"{path}: cannot tell the format from the name; use a .parquet, .csv, .tsv or .jsonl "
