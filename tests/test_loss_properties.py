@@ -82,3 +82,29 @@ def test_padded_length_bug_names_the_padded_length() -> None:
     outcome = evaluate("loss_aggregation", _context(case), max_examples=3, shrink=False)
     assert outcome.verdict == "FAIL"
     assert "padded length" in outcome.message and "confirmed" in outcome.message, outcome.message
+
+
+@pytest.mark.parametrize("case", [c for c in LOSSES if c.breaks != "scale-out"], ids=lambda c: c.name)
+def test_declared_objective(case: LossCase) -> None:
+    """loss_objective: every correct loss of the gallery matches its declared objective (a NOTE); every
+    wrong one FAILs, naming the term where the oracle can say what the code computes instead."""
+    adapter = Adapter(
+        correct.post_contiguous,
+        "contiguous",
+        loss=case.fn,
+        convention="post",
+        name=case.name,
+        objective=case.declared,
+    )
+    outcome = evaluate("loss_objective", build_context(adapter))
+    if case.correct:
+        assert outcome.verdict == "NOTE", outcome.message
+    else:
+        assert outcome.verdict == "FAIL", outcome.message
+        if case.name in (
+            "kl_sign_flipped",
+            "gspo_token_summed",
+            "symmetric_clip",
+            "k3_in_loss_for_k1_reward",
+        ):
+            assert "confirmed" in outcome.message, outcome.message

@@ -116,7 +116,10 @@ class Adapter:
     ``aggregation_constant``, the ``C`` of seq-mean-token-sum-norm): the loss's declared
     aggregation, a verl mode name or a TRL ``loss_type`` (``sigma_ref.objectives``), or
     ``None`` to detect it. ``clip``: the declared ``(eps_low, eps_high)`` of a PPO loss and
-    ``dual_clip`` its ``c``, or ``None`` to read them off the gradient. ``name``: how reports
+    ``dual_clip`` its ``c``, or ``None`` to read them off the gradient. ``objective``: a
+    :class:`sigma_ref.objectives.Objective` the loss implements (clip, GSPO, CISPO, importance
+    sampling, KL), checked by ``loss_objective``; the loss then also receives ``ref_logp`` and
+    ``rollout_logp`` when its signature names them. ``name``: how reports
     name it.
 
     >>> import torch
@@ -142,6 +145,7 @@ class Adapter:
     aggregation_constant: float | None = None
     clip: tuple[float, float] | None = None
     dual_clip: float | None = None
+    objective: Any = None
 
     def __post_init__(self) -> None:
         if not callable(self.advantages):

@@ -30,10 +30,12 @@ from .._compare import mismatch_message
 from ..advantages import dapo_keep_mask
 from ..identity import decompose, policy_gradient
 from ..objectives import (
+    AGGREGATION_MODES,
     Objective,
     aggregation_weights,
     detect_aggregation,
     loss_gradient,
+    loss_gradient_terms,
     resolve_aggregation,
 )
 from .adapter import Adapter, Batch
@@ -1503,6 +1505,219 @@ _register(
         _check_clip,
         lambda ctx, p: [None],
         applies=_needs_loss,
+    )
+)
+
+
+def _objective_probe() -> dict[str, torch.Tensor]:
+    """Designed inputs of :func:`_check_objective`: six responses of lengths 1 to 6, ratios on both
+    sides of every clip range (0.55 to 3.5), rollout-vs-training weights from 0.3 to 3 (a cap of
+    2 truncates some), a reference policy off by up to +-1 nat, advantages of both signs."""
+    gen = torch.Generator().manual_seed(20261202)
+    n, t = 6, 6
+    # per row: A > 0 rows see ratios on both sides of 1 + eps_high (1.25 lies between 1.2 and 1.28),
+    # A < 0 rows on both sides of 1 - eps_low and of a dual clip of 3
+    rows = [
+        [0.75, 1.05, 1.25, 1.35, 1.5, 2.2],
+        [0.55, 0.75, 0.85, 1.15, 3.5, 1.0],
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        [0.65, 0.85, 0.95, 1.25, 2.2, 3.5],
+        [1.15, 1.25, 0.55, 1.0, 1.0, 1.0],
+        [0.95, 1.05, 1.5, 0.65, 1.0, 1.0],
+    ]
+    lengths = torch.tensor([6, 5, 1, 6, 3, 4])
+    mask = (torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    logp = -0.1 - 2.5 * torch.rand(n, t, generator=gen, dtype=torch.float64)
+    old = logp - torch.log(torch.tensor(rows, dtype=torch.float64))
+    rho = torch.exp(torch.linspace(math.log(0.3), math.log(3.0), n * t, dtype=torch.float64)).reshape(n, t)
+    rollout = old - torch.log(rho)
+    ref = logp + (2 * torch.rand(n, t, generator=gen, dtype=torch.float64) - 1)
+    adv = torch.tensor([1.3, -0.7, 0.4, -1.1, 2.0, -0.2], dtype=torch.float64)
+    return {
+        "logp": logp,
+        "old_logp": old,
+        "rollout_logp": rollout,
+        "ref_logp": ref,
+        "advantages": adv,
+        "mask": mask,
+    }
+
+
+def _objective_alternatives(obj: Objective) -> list[tuple[str, Objective, float]]:
+    """``(what the code computes instead, objective, sign of its KL term)`` for the bugs trainers ship."""
+    alt: list[tuple[str, Objective, float]] = []
+
+    def rep(o: Objective, **changes: Any) -> Objective:
+        try:
+            return dataclasses.replace(o, **changes)
+        except ValueError:  # not a valid objective (e.g. a dual clip on GSPO): never matches
+            return o
+
+    if obj.kl is not None and obj.kl_coef != 0:
+        if obj.kl_placement == "loss":
+            alt.append(("the KL term's gradient has the wrong sign (the KL is maximised)", obj, -1.0))
+            alt.append(
+                ("the KL term has no gradient (missing or detached)", rep(obj, kl=None, kl_coef=0.0), 1.0)
+            )
+        for est in ("k1", "k2", "k3"):
+            if est != obj.kl or obj.kl_placement == "reward":
+                where = (
+                    "in the loss"
+                    if obj.kl_placement == "loss"
+                    else "in the loss, though it was declared in the reward"
+                )
+                alt.append(
+                    (
+                        f"the KL term is the {est} estimator {where}",
+                        rep(obj, kl=est, kl_placement="loss"),
+                        1.0,
+                    )
+                )
+    for mode in AGGREGATION_MODES:
+        if resolve_aggregation(obj.aggregation) != mode:
+            what = f"the loss aggregates with {mode}, not {resolve_aggregation(obj.aggregation)}"
+            if obj.kind == "gspo" and mode in ("token-mean", "token-sum"):
+                what = (
+                    f"the sequence ratio is broadcast over tokens and reduced with {mode}: each sequence is "
+                    "weighted by its length"
+                )
+            alt.append((what, rep(obj, aggregation=mode, constant=None), 1.0))
+    if obj.eps_high is not None and obj.eps_high != obj.eps_low and obj.kind != "cispo":
+        alt.append(
+            (
+                "the clip is symmetric at 1 +- eps_low, not [1 - eps_low, 1 + eps_high]",
+                rep(obj, eps_high=obj.eps_low),
+                1.0,
+            )
+        )
+    if obj.kind == "cispo":
+        alt.append(
+            (
+                "CISPO clips from below too (a PPO-style [1 - eps_low, 1 + eps_high])",
+                rep(obj, eps_low=0.2),
+                1.0,
+            )
+        )
+        alt.append(
+            (
+                "the ratio is clipped by PPO's surrogate, not CISPO's stop-gradient weight",
+                rep(obj, kind="ppo"),
+                1.0,
+            )
+        )
+    if obj.kind == "ppo":
+        alt.append(("the sequence-level (GSPO) ratio is used", rep(obj, kind="gspo"), 1.0))
+    if obj.kind == "gspo":
+        alt.append(("token-level ratios are used, not the sequence ratio", rep(obj, kind="ppo"), 1.0))
+    if obj.tis_cap is not None:
+        alt.append(("no rollout-vs-training importance correction", rep(obj, tis_cap=None), 1.0))
+        other = "sequence" if obj.tis_level == "token" else "token"
+        alt.append((f"the importance weight is taken per {other}", rep(obj, tis_level=other), 1.0))
+    return alt
+
+
+def _check_objective(ctx: Context, ex: Any, p: Any) -> None:
+    obj = ctx.adapter.objective
+    assert obj is not None and ctx.adapter.loss is not None
+    x = _objective_probe()
+    leaf = x["logp"].clone().requires_grad_(True)
+    accepted = _keyword_inputs(ctx.adapter.loss)
+    extra = {k: x[k] for k in ("ref_logp", "rollout_logp") if k in accepted}
+    named = "".join(", " + k for k in extra)
+    call = f"loss(logp, old_logp, advantages, mask{named}) on 6 responses of lengths 1-6"
+    try:
+        out = ctx.adapter.loss(leaf, x["old_logp"], x["advantages"], x["mask"], **extra)
+    except Exception as exc:
+        raise PropertyFailure(Finding(f"loss raised {type(exc).__name__}: {exc}", call)) from exc
+    if isinstance(out, tuple | list) and out:
+        out = out[0]
+    (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
+    g = torch.zeros_like(leaf) if grad is None else grad.detach()
+
+    def predict(o: Objective, kl_sign: float = 1.0) -> torch.Tensor:
+        terms = loss_gradient_terms(
+            o,
+            x["logp"],
+            x["old_logp"],
+            x["advantages"],
+            x["mask"],
+            ref_logp=x["ref_logp"],
+            rollout_logp=x["rollout_logp"],
+        )
+        return terms["policy"] + kl_sign * terms["kl"]
+
+    def close(pred: torch.Tensor) -> bool:
+        scale = float(pred.abs().max()) or 1.0
+        tol = 1e-6 * scale + SAFETY * unit_roundoff(out.dtype) * pred.abs()
+        return bool(((g - pred).abs() <= tol).all())
+
+    pred = predict(obj)
+    if close(pred):
+        raise PropertyFailure(
+            Finding(f"objective: {obj} [declared, matches the loss's gradient]"), verdict="NOTE"
+        )
+    cause = next(
+        (
+            what
+            for what, o, sign in _objective_alternatives(obj)
+            if (o != obj or sign < 0) and close(predict(o, sign))
+        ),
+        None,
+    )
+    i, t = (int(v) for v in torch.nonzero((g - pred).abs() == (g - pred).abs().max())[0])
+    terms = loss_gradient_terms(
+        obj,
+        x["logp"],
+        x["old_logp"],
+        x["advantages"],
+        x["mask"],
+        ref_logp=x["ref_logp"],
+        rollout_logp=x["rollout_logp"],
+    )
+    raise PropertyFailure(
+        Finding(
+            f"dL/dlogp[{i}, {t}] = {float(g[i, t]):.6g}, but should be {float(pred[i, t]):.6g} under the "
+            f"declared objective (policy term {float(terms['policy'][i, t]):.6g}, KL term "
+            f"{float(terms['kl'][i, t]):.6g}; ratio {float(torch.exp(x['logp'] - x['old_logp'])[i, t]):.3g}, "
+            f"A = {float(x['advantages'][i]):.3g})",
+            call,
+            cause=cause,
+            confirmed=cause is not None,
+        )
+    )
+
+
+def _keyword_inputs(fn: Any) -> set[str]:
+    """The parameter names of ``fn`` (all of them if it takes ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return {"ref_logp", "rollout_logp"}
+    return {p.name for p in params}
+
+
+_register(
+    Property(
+        "loss_objective",
+        "identity",
+        "With a declared objective (PPO, dual clip, GSPO, CISPO; truncated importance sampling; a k1/k2/k3 "
+        "KL term in the loss or in the reward), dL/dlogp_it equals the oracle's per-token gradient "
+        "(sigma_ref.objectives.loss_gradient) at ratios inside and outside every clip range; a mismatch "
+        "names the term that differs.",
+        _check_objective,
+        lambda ctx, p: [None],
+        applies=lambda ctx, p: (
+            _needs_loss(ctx, p)
+            or (
+                None
+                if ctx.adapter.objective is not None
+                else "no objective declared (Adapter(objective=...))"
+            )
+        ),
     )
 )
 
