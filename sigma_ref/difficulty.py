@@ -148,21 +148,24 @@ def _bennett(u: np.ndarray) -> np.ndarray:
 def _reach(L: np.ndarray, c: np.ndarray, d: np.ndarray, limit: np.ndarray) -> np.ndarray:
     """Least integer ``J <= limit`` with ``F(J) >= L`` for ``F(s) = c h(s/c) + d h(-s/d)``, or ``limit``.
 
-    ``F`` is convex and increasing on ``[0, d)`` (``limit <= d - 1``). The start is a root of a
-    lower bound of ``F`` (``c h(s/c) >= s**2 / (2 (c + s/3))`` or ``d h(-s/d) >= s**2 / (2 d)``),
-    so it lies above the root; Newton steps from above on a convex function stay above it
-    (the tangent lies below ``F``), so every iterate is a valid, if wider, reach.
+    ``F`` is convex and increasing on ``[0, d)`` (``limit <= d - 1``), and
+    ``F(s) >= s**2/2 (1/(c + s/3) + 1/d)`` (``h(u) >= u**2 / (2 (1 + u/3))``, ``h(-u) >= u**2/2``).
+    ``s0 = L/3 + sqrt(L**2/9 + 2 L c)`` solves ``s**2 = 2 L (c + s/3)``, so ``F(s0) >= L``; below
+    ``s0`` the bound is at least ``s**2 / (2 V)`` with ``1/V = 1/(c + s0/3) + 1/d``, so
+    ``s1 = sqrt(2 L V) <= s0`` has ``F(s1) >= L`` too. Newton steps from there stay above the
+    root (on a convex function the tangent lies below it), so every iterate is a valid, if
+    wider, reach; they stop once a step is under one term.
     """
-    s = np.minimum(L / 3 + np.sqrt(L * L / 9 + 2 * L * c), np.sqrt(2 * L * d))
-    s = np.minimum(s, limit)
-    todo = np.arange(s.size)
-    for _ in range(6):
+    s0 = L / 3 + np.sqrt(L * L / 9 + 2 * L * c)
+    s = np.minimum(np.sqrt(2 * L / (1 / (c + s0 / 3) + 1 / d)), limit)
+    todo = np.flatnonzero(s > 0)
+    for _ in range(4):
         st, ct, dt = s[todo], c[todo], d[todo]
         excess = ct * _bennett(st / ct) + dt * _bennett(-st / dt) - L[todo]
         slope = np.log1p(st / ct) - np.log1p(-st / dt)
         step = np.where(excess > 0, excess / np.where(slope > 0, slope, 1.0), 0.0)
         s[todo] = st - step
-        todo = todo[step > 0.25]  # a smaller step cannot move the ceiling by more than one
+        todo = todo[step > 1]  # a smaller step moves the reach by at most one term
         if todo.size == 0:
             break
     return np.minimum(np.ceil(s), limit)
@@ -205,9 +208,11 @@ def _walk(
     rest = G - k0
     total = np.zeros_like(k0)
     tmp = np.empty_like(k0)
-    order = np.argsort(length, kind="stable")
     steps = int(length.max())
-    ends = np.split(order, np.searchsorted(length[order], np.arange(1, steps + 1)))  # ends[i]: length i
+    ends: list[np.ndarray] = []
+    if length.min() < steps:
+        order = np.argsort(length, kind="stable")
+        ends = np.split(order, np.searchsorted(length[order], np.arange(1, steps + 1)))  # ends[i]: length i
     with np.errstate(under="ignore"):
         for i in range(steps):
             if i:
@@ -216,9 +221,11 @@ def _walk(
                 rest -= 1
                 np.divide(tmp, k, out=tmp)
                 term *= tmp
-                term[ends[i]] = 0.0  # lanes whose last term was the previous one
+                if ends and ends[i].size:  # lanes whose last term was the previous one: 0 from here,
+                    term[ends[i]] = 0.0  # and k, G - k kept positive (no sqrt of a negative)
+                    k[ends[i]] = 1.0
+                    rest[ends[i]] = steps
             np.multiply(k, rest, out=tmp)
-            np.maximum(tmp, 0.0, out=tmp)  # k > G past a lane's end (its term is 0)
             np.sqrt(tmp, out=tmp)
             tmp *= term
             total += tmp
@@ -245,6 +252,9 @@ def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     odds = pl / q / (1 + c / q)
     lo, hi = _window(pl, q, Gl)
     width = (hi - lo + 1).astype(np.int64)
+    if width.max() <= _SEGMENT:  # one run per prompt: no grouping needed
+        out[idx] = _walk(lo, width, Gl, odds, _binom_pmf(lo, Gl, pl, q, c))
+        return out
     order = np.argsort(width, kind="stable")
     sorted_width = width[order]
     totals = np.zeros(idx.size)
