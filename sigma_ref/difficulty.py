@@ -132,7 +132,12 @@ def _binom_pmf(k: np.ndarray, G: np.ndarray, p: np.ndarray, q: np.ndarray, c: np
     pmf = np.empty_like(p)
     first = k == 1
     with np.errstate(under="ignore"):
-        pmf[first] = G[first] * p[first] * _one_minus_pow(p[first], G[first] - 1)
+        g1, p1, q1 = G[first] - 1, p[first], q[first]
+        tilt = g1 * c[first] / q1  # (1 - p)**n = q**n (1 + c/q)**n; first order is exact to 1e-20 here
+        pmf[first] = (g1 + 1) * p1 * q1**g1 * np.where(np.abs(tilt) < 1e-10, 1 + tilt, 1.0)
+        far = np.flatnonzero(np.abs(tilt) >= 1e-10)
+        if far.size:
+            pmf[np.flatnonzero(first)[far]] = (g1[far] + 1) * p1[far] * _one_minus_pow(p1[far], g1[far])
         k, G, p, q, c = (x[~first] for x in (k, G, p, q, c))
         exponent = _stirlerr(G) - _stirlerr(k) - _stirlerr(G - k) - _bd0(k, G * p) - _bd0(G - k, G * q)
         exponent -= c * (k - G * p) / q
@@ -183,13 +188,13 @@ def _window(p: np.ndarray, q: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np
     and the sum is at least ``t_a sqrt(a (G - a)) >= t_a sqrt(G - 1)``, so the share left out is
     below ``G**1.5 exp(-L) / 2``: ``L = log(1/_TAIL) + 1.5 log G`` makes it ``< _TAIL / 2``.
     """
-    a = np.clip(np.floor((G + 1) * p), 1, G - 1)
-    a = np.where(((G - a) * p > (a + 1) * q) & (a < G - 1), a + 1, a)  # the float mode, made exact
-    a = np.where((a * q > (G - a + 1) * p) & (a > 1), a - 1, a)
     lo, hi = np.ones_like(G), G - 1  # small groups: every term (cheaper than the bound)
     big = np.flatnonzero(G > _SEGMENT // 2)
     if big.size:
-        a, Gb = a[big], G[big]
+        p, q, Gb = p[big], q[big], G[big]
+        a = np.clip(np.floor((Gb + 1) * p), 1, Gb - 1)
+        a = np.where(((Gb - a) * p > (a + 1) * q) & (a < Gb - 1), a + 1, a)  # the float mode, made exact
+        a = np.where((a * q > (Gb - a + 1) * p) & (a > 1), a - 1, a)
         L = math.log(1 / _TAIL) + 1.5 * np.log(Gb)
         lo[big] = a - _reach(L, Gb - a + 1, a, a - 1)
         hi[big] = a + _reach(L, a + 1, Gb - a, Gb - 1 - a)
@@ -204,11 +209,24 @@ def _walk(
     roundings a step: relative error below ``3 max(length)`` ulps). A loop over the steps (at
     most ``_SEGMENT``), each a few vector ops over every lane."""
     term = anchor.copy()
-    k = k0.copy()
-    rest = G - k0
     total = np.zeros_like(k0)
     tmp = np.empty_like(k0)
     steps = int(length.max())
+    if k0.min() == k0.max() and G.min() == G.max() and length.min() == steps:
+        # the same k and G in every lane (small groups: the whole range): the weight and the
+        # binomial part of the ratio are scalars, rounded once each (same error budget)
+        k, g = float(k0[0]), float(G[0])
+        with np.errstate(under="ignore"):
+            for i in range(steps):
+                if i:
+                    term *= odds
+                    term *= (g - k) / (k + 1)
+                    k += 1
+                np.multiply(term, math.sqrt(k * (g - k)), out=tmp)
+                total += tmp
+        return total
+    k = k0.copy()
+    rest = G - k0
     ends: list[np.ndarray] = []
     if length.min() < steps:
         order = np.argsort(length, kind="stable")
@@ -242,11 +260,12 @@ def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     chunks of runs.
     """
     out = np.zeros_like(p)
-    idx = np.flatnonzero((p > 0) & (p < 1))
-    if idx.size == 0:
+    live = (p > 0) & (p < 1)
+    idx = np.flatnonzero(live) if not live.all() else slice(None)
+    Gl, pl = G[idx], p[idx]
+    if pl.size == 0:
         return out
-    Gl = G[idx]
-    pl = np.minimum(p[idx], 1.0 - p[idx])
+    pl = np.minimum(pl, 1.0 - pl)
     q = 1.0 - pl
     c = (1.0 - q) - pl  # (1 - p) - q, exactly
     odds = pl / q / (1 + c / q)
@@ -257,7 +276,7 @@ def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
         return out
     order = np.argsort(width, kind="stable")
     sorted_width = width[order]
-    totals = np.zeros(idx.size)
+    totals = np.zeros(pl.size)
     start = 0
     while start < order.size:  # groups of prompts with similar widths
         end = min(order.size, start + max(1, _GROUP // int(sorted_width[start])))
