@@ -15,11 +15,16 @@ With ``k ~ Binomial(G, p)`` correct responses in a group of ``G``:
 ``arcsine_objective(p)``         ``2 arcsin sqrt(p)``
 ================================ ==================================================
 
-Precision: binomial terms are evaluated in log space with Loader's saddle-point
-expansion (``stirlerr`` and ``bd0``, as R's ``dbinom``), so no term overflows or
-loses digits to cancellation at any ``G``; terms more than ~14 standard deviations
-(plus 30) from ``G p`` are below ``1e-40`` of the sum and are not summed. The result
-is accurate to about ``1e-13`` relative for every ``G`` up to ``2**40`` (tested against
+Evaluation and precision: ``E[sqrt(k (G-k))]`` is summed over ``p <= 1/2`` only (the sum is
+symmetric in ``p <-> 1 - p``, and ``1 - p`` is exact for ``p >= 1/2``) and only over a window
+of ``k`` around the mode whose left-out share is below ``1e-17`` by a Chernoff bound in Bennett's
+form on the exact term ratios (``_window``; derived in ``proofs/04_expectations.py``): about
+``2 sqrt(2 L) sd`` terms with ``L = log(1e17) + 1.5 log G``, so ``O(sqrt(G p (1-p)) + log G)``
+per ``p``. The window is cut into runs of at most 128 terms; each run starts from the pmf by
+Loader's saddle-point form (``stirlerr`` and ``bd0``, as R's ``dbinom``; no term overflows or
+loses digits at any ``G``) and walks by the exact ratio ``(G-k)/(k+1) * p/(1-p)``, vectorised
+over every run at once. The result is accurate to about ``1e-13`` relative (a few ``1e-15``
+typically) for every ``G`` up to ``2**40`` and ``p`` up to an ulp from 0 or 1 (tested against
 exact rationals and 50-digit mpmath sums in ``tests/``).
 
 All functions take a number, a sequence, a numpy array or a torch tensor for ``p``
