@@ -212,14 +212,12 @@ def _walk(
     """``sum_{i < length} t_{k0+i} sqrt((k0+i) (G-k0-i))`` per lane: ``t_{k0}`` is the saddle-point
     pmf ``anchor``, then the exact ratio ``t_{k+1} / t_k = (G - k) / (k + 1) * p / (1 - p)`` (three
     roundings a step: relative error below ``3 max(length)`` ulps). A loop over the steps (at
-    most ``_SEGMENT``), each a few vector ops over every lane."""
-    term = anchor.copy()
-    total = np.zeros_like(k0)
-    tmp = np.empty_like(k0)
+    most ``_SEGMENT``), each a few vector ops over the lanes still running."""
     steps = int(length.max())
     if k0.min() == k0.max() and G.min() == G.max() and length.min() == steps:
         # the same k and G in every lane (small groups: the whole range): the weight and the
         # binomial part of the ratio are scalars, rounded once each (same error budget)
+        term, total, tmp = anchor.copy(), np.zeros_like(k0), np.empty_like(k0)
         k, g = float(k0[0]), float(G[0])
         with np.errstate(under="ignore"):
             for i in range(steps):
@@ -230,29 +228,31 @@ def _walk(
                 np.multiply(term, math.sqrt(k * (g - k)), out=tmp)
                 total += tmp
         return total
-    k = k0.copy()
-    rest = G - k0
-    ends: list[np.ndarray] = []
-    if length.min() < steps:
-        order = np.argsort(length, kind="stable")
-        ends = np.split(order, np.searchsorted(length[order], np.arange(1, steps + 1)))  # ends[i]: length i
+    # longest lanes first: step i touches only the first n_i lanes (those longer than i)
+    order = np.argsort(-length, kind="stable")
+    longest = length[order]
+    running = longest.size - np.searchsorted(longest[::-1], np.arange(steps), side="right")
+    k = k0[order]
+    rest = G[order] - k
+    lane_odds, term = odds[order], anchor[order]
+    total, tmp = np.zeros_like(k), np.empty_like(k)
     with np.errstate(under="ignore"):
         for i in range(steps):
+            n = int(running[i])
+            kn, rn, tn, wn = k[:n], rest[:n], term[:n], tmp[:n]
             if i:
-                np.multiply(rest, odds, out=tmp)
-                k += 1
-                rest -= 1
-                np.divide(tmp, k, out=tmp)
-                term *= tmp
-                if ends and ends[i].size:  # lanes whose last term was the previous one: 0 from here,
-                    term[ends[i]] = 0.0  # and k, G - k kept positive (no sqrt of a negative)
-                    k[ends[i]] = 1.0
-                    rest[ends[i]] = steps
-            np.multiply(k, rest, out=tmp)
-            np.sqrt(tmp, out=tmp)
-            tmp *= term
-            total += tmp
-    return total
+                np.multiply(rn, lane_odds[:n], out=wn)
+                kn += 1
+                rn -= 1
+                np.divide(wn, kn, out=wn)
+                tn *= wn
+            np.multiply(kn, rn, out=wn)
+            np.sqrt(wn, out=wn)
+            wn *= tn
+            total[:n] += wn
+    out = np.empty_like(total)
+    out[order] = total
+    return out
 
 
 def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
