@@ -441,8 +441,9 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
 
     The fidelity increases in ``G``, and ``1 / (1 - phi(G))`` is nearly linear in ``G``
     (``8 G p (1-p) + O(1)`` by the attenuation law), so a secant on it, started at the closed
-    form and kept inside a bracket ``phi(lo) < 1 - epsilon <= phi(hi)``, lands within a step
-    or two of the answer; bisection takes over after eight rounds. All prompts at once, each
+    form's second order and kept inside a bracket ``phi(lo) < 1 - epsilon <= phi(hi)``, lands
+    within a step or two of the answer; bisection takes over after twelve rounds (where the
+    float64 fidelity is flat over many ``G``, as at ``epsilon = 1e-12``). All prompts at once, each
     distinct ``min(p, 1 - p)`` once (the fidelity is symmetric).
 
     >>> exact_group_size(0.5), exact_group_size(0.03)
@@ -457,7 +458,10 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     lo = np.ones_like(half)  # fidelity(1) = 0: G = 1 never suffices
     hi = np.full_like(half, np.inf)
     g_last, psi_last = np.full_like(half, np.nan), np.full_like(half, np.nan)
-    cand = np.minimum(np.maximum(2.0, np.ceil(1 / (8 * eps * half * (1 - half)))), _MAX_G)
+    var = half * (1 - half)
+    # start: 1 - phi = y + b y**2 + O(y**3), y = 1/(8 G p q), b = (7 - 16 p q)/2 (proofs/04), solved for y
+    y = 2 * eps / (1 + np.sqrt(1 + 2 * (7 - 16 * var) * eps))
+    cand = np.minimum(np.maximum(2.0, np.ceil(1 / (8 * var * y))), _MAX_G)
     active = np.arange(half.size)
     for round_ in range(200):
         g = cand[active]
@@ -474,7 +478,7 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
         psi = 1 / (1 - phi)
         with np.errstate(divide="ignore", invalid="ignore"):
             slope = (psi - psi_last[active]) / (g - g_last[active])
-            law = 8 * half[active] * (1 - half[active])  # d/dG of 1 / (1 - attenuation)
+            law = 8 * var[active]  # d/dG of 1 / (1 - attenuation)
             estimate = g + (1 / eps - psi) / np.where(slope > 0, slope, law)
         g_last[active], psi_last[active] = g, psi
         done = hi[active] - lo[active] <= 1
@@ -482,10 +486,10 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
         if active.size == 0:
             break
         below, above = lo[active], hi[active]
-        if round_ < 8:
-            step = np.ceil(np.nan_to_num(estimate, nan=0.0, posinf=0.0))
-            step = np.where(step >= above, above - 1, np.where(step <= below, below + 1, step))
-            step = np.where(np.isinf(above) & (step <= below + 1), 2 * below, step)
+        if round_ < 12:
+            raw = np.ceil(np.nan_to_num(estimate, nan=0.0, posinf=0.0))
+            step = np.where(raw >= above, above - 1, np.where(raw <= below, below + 1, raw))
+            step = np.where(np.isinf(above) & (raw <= below), 2 * below, step)  # no upper end yet
         else:
             step = np.where(np.isinf(above), 2 * below, np.floor((below + above) / 2))
         cand[active] = np.minimum(step, _MAX_G)
