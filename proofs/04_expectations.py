@@ -171,3 +171,108 @@ phi = sigma_ref.fidelity(grid_p, grid_G)
 assert (phi <= np.sqrt(1 - 1 / grid_G) * (1 + 1e-13)).all() and (phi < 1).all()
 assert (np.diff(phi, axis=1) > 0).all()  # and increasing in G on this grid
 S.fidelity(2, sp.Rational(1, 2)), sp.sqrt(1 - sp.Rational(1, 2))
+
+# %% [markdown]
+# ## Summing only a window of `k`: the tail bound
+#
+# `sigma_ref` sums `E[sqrt(k(G-k))] = sum_k t_k w_k` (`t_k` the pmf, `w_k = sqrt(k(G-k))`) only
+# over a window `[lo, hi]` around the mode, for `p <= 1/2` (the sum is symmetric in
+# `p <-> 1-p`). The bound on what it leaves out, step by step:
+#
+# 1. The exact term ratio is `r(k) = t_{k+1}/t_k = (G-k)/(k+1) * p/(1-p)`, decreasing in `k`;
+#    for `a` the mode (clamped to `[1, G-1]`) `r(a) <= 1` and `t_{a-1}/t_a <= 1`, and
+#    `r(a+i)/r(a) = (G-a-i)/(G-a) * (a+1)/(a+1+i)`.
+
+# %%
+k, i, a_ = sp.symbols("k i a", positive=True, integer=True)
+t_k = sp.binomial(G, k) * p**k * q ** (G - k)
+ratio = sp.simplify(sp.combsimp(t_k.subs(k, k + 1) / t_k))
+assert sp.simplify(ratio - (G - k) / (k + 1) * p / q) == 0
+r = sp.Lambda(k, (G - k) / (k + 1) * p / q)
+assert sp.simplify(r(a_ + i) / r(a_) - (G - a_ - i) / (G - a_) * (a_ + 1) / (a_ + 1 + i)) == 0
+left = sp.Lambda(k, k / (G - k + 1) * q / p)  # t_{k-1}/t_k
+assert sp.simplify(sp.combsimp(t_k.subs(k, k - 1) / t_k) - left(k)) == 0
+assert sp.simplify(left(a_ - i) / left(a_) - (a_ - i) / a_ * (G - a_ + 1) / (G - a_ + 1 + i)) == 0
+ratio
+
+# %% [markdown]
+# 2. So `-log(t_{a+j}/t_a) >= sum_{i<j} [log(1 + i/c) - log(1 - i/d)]` with `c = a+1, d = G-a`
+#    (and the same with `c = G-a+1, d = a` below the mode). The summand increases in `i`, so the
+#    sum is at least the integral from `0` to `s = j - 1`, which is
+#    `F(s) = c h(s/c) + d h(-s/d)` with Bennett's `h(u) = (1+u) log(1+u) - u`:
+
+# %%
+s, c_, d_, u = sp.symbols("s c d u", positive=True)
+
+
+def h(v):
+    return (1 + v) * sp.log(1 + v) - v
+
+
+F = c_ * h(s / c_) + d_ * h(-s / d_)
+integrand = sp.log(1 + s / c_) - sp.log(1 - s / d_)  # F is its integral from 0: F(0) = 0, F' = it
+assert F.subs(s, 0) == 0
+assert sp.simplify(sp.expand_log(sp.diff(F, s) - integrand, force=True)) == 0
+F_second = sp.simplify(sp.diff(F, s, 2))
+assert sp.simplify(F_second - (1 / (c_ + s) + 1 / (d_ - s))) == 0  # > 0 on [0, d): F convex
+F_second
+
+# %% [markdown]
+# 3. Closed-form starts for the root of `F(s) = L` (`_reach`): `h(u) >= u^2/(2(1+u/3))` and
+#    `h(-u) >= u^2/2` (equal value and slope at 0, larger second derivative:
+#    `1/(1+u) >= 27/(u+3)^3` since `(u+3)^3 - 27(1+u) = u^3 + 9u^2`; `1/(1-u) >= 1`). Newton
+#    steps from above on the convex increasing `F` stay above the root.
+
+# %%
+bernstein = u**2 / (2 * (1 + u / 3))
+for lower, v in ((bernstein, u), (u**2 / 2, -u)):
+    gap = h(v) - lower
+    assert gap.subs(u, 0) == 0 and sp.simplify(sp.diff(gap, u).subs(u, 0)) == 0
+assert sp.expand((u + 3) ** 3 - 27 * (1 + u)) == u**3 + 9 * u**2
+assert sp.simplify(sp.diff(bernstein, u, 2) - 27 / (u + 3) ** 3) == 0
+assert sp.simplify(sp.diff(h(u), u, 2) - 1 / (1 + u)) == 0
+assert sp.simplify(sp.diff(h(-u), u, 2) - 1 / (1 - u)) == 0
+"h bounds ok"
+
+# %% [markdown]
+# 4. The share left out. Every term outside the window is below `exp(-L) t_a`; there are fewer
+#    than `G` of them, each weight is at most `G/2`, and the sum is at least
+#    `t_a w_a >= t_a sqrt(G-1)`. So the share is below `(G-1)(G/2) exp(-L)/sqrt(G-1)
+#    <= G^(3/2) exp(-L)/2`, and `L = log(1/tail) + 1.5 log G` (`tail = 1e-17`) keeps it below
+#    `tail/2`. Checked here at 50 digits on the first left-out term each side of the oracle's
+#    windows (the pmf is unimodal: the rest are smaller still), and the width against the
+#    Gaussian need `2 sqrt(2 L) sd`:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import math
+
+import mpmath
+
+from sigma_ref.difficulty import _TAIL, _window
+
+Gs = sp.Symbol("G_s", positive=True)
+share = (Gs - 1) * (Gs / 2) / sp.sqrt(Gs - 1)  # count x largest weight / smallest w_a (times exp(-L))
+assert sp.simplify(share - Gs / 2 * sp.sqrt(Gs - 1)) == 0  # and sqrt(G - 1) < sqrt(G): < G^(3/2) / 2
+rows = []
+for pr, g in ((0.5, 64), (0.5, 10**6), (0.3, 10**9), (0.01, 5000), (1e-6, 2**40), (1e-12, 10**12)):
+    lo, hi = (int(v[0]) for v in _window(np.array([pr]), np.array([1 - pr]), np.array([float(g)])))
+    L = math.log(1 / _TAIL) + 1.5 * math.log(g)
+    with mpmath.workdps(50):
+        mp_p = mpmath.mpf(pr)
+
+        def log_t(j, mp_p=mp_p, g=g):
+            return (
+                mpmath.loggamma(g + 1)
+                - mpmath.loggamma(j + 1)
+                - mpmath.loggamma(g - j + 1)
+                + j * mpmath.log(mp_p)
+                + (g - j) * mpmath.log(1 - mp_p)
+            )
+
+        mode = min(max(math.floor((g + 1) * pr), 1), g - 1)
+        edges = [log_t(j) - log_t(mode) for j in (lo - 1, hi + 1) if 1 <= j <= g - 1]
+        assert all(e <= -L for e in edges), (pr, g, edges)
+    sd = math.sqrt(g * pr * (1 - pr))
+    rows.append((pr, g, hi - lo + 1, round((hi - lo + 1) / (2 * math.sqrt(2 * L) * sd), 2)))
+rows

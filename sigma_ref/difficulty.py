@@ -15,11 +15,16 @@ With ``k ~ Binomial(G, p)`` correct responses in a group of ``G``:
 ``arcsine_objective(p)``         ``2 arcsin sqrt(p)``
 ================================ ==================================================
 
-Precision: binomial terms are evaluated in log space with Loader's saddle-point
-expansion (``stirlerr`` and ``bd0``, as R's ``dbinom``), so no term overflows or
-loses digits to cancellation at any ``G``; terms more than ~14 standard deviations
-(plus 30) from ``G p`` are below ``1e-40`` of the sum and are not summed. The result
-is accurate to about ``1e-13`` relative for every ``G`` up to ``2**40`` (tested against
+Evaluation and precision: ``E[sqrt(k (G-k))]`` is summed over ``p <= 1/2`` only (the sum is
+symmetric in ``p <-> 1 - p``, and ``1 - p`` is exact for ``p >= 1/2``) and only over a window
+of ``k`` around the mode whose left-out share is below ``1e-17`` by a Chernoff bound in Bennett's
+form on the exact term ratios (``_window``; derived in ``proofs/04_expectations.py``): about
+``2 sqrt(2 L) sd`` terms with ``L = log(1e17) + 1.5 log G``, so ``O(sqrt(G p (1-p)) + log G)``
+per ``p``. The window is cut into runs of at most 128 terms; each run starts from the pmf by
+Loader's saddle-point form (``stirlerr`` and ``bd0``, as R's ``dbinom``; no term overflows or
+loses digits at any ``G``) and walks by the exact ratio ``(G-k)/(k+1) * p/(1-p)``, vectorised
+over every run at once. The result is accurate to about ``1e-13`` relative (a few ``1e-15``
+typically) for every ``G`` up to ``2**40`` and ``p`` up to an ulp from 0 or 1 (tested against
 exact rationals and 50-digit mpmath sums in ``tests/``).
 
 All functions take a number, a sequence, a numpy array or a torch tensor for ``p``
@@ -52,19 +57,19 @@ __all__ = [
 Method = Literal["grpo", "dr_grpo"]
 _METHODS = ("grpo", "dr_grpo")
 _LN_2PI = math.log(2 * math.pi)
-_TAIL_SD = 14.0  # terms beyond Gp +- (14 sd + 30) are < 1e-40 of the sum
-_TAIL_PAD = 30.0
-_CHUNK = 1 << 22  # window cells evaluated at once (memory bound: ~32 MiB a temp)
+_TAIL = 1e-17  # bound on the relative share of E[sqrt(k (G - k))] left outside the window
+_SEGMENT = 128  # terms walked by the exact ratio from one saddle-point anchor
+_GROUP = 1 << 22  # window cells evaluated at once: lanes (runs) of up to _SEGMENT terms, walked together
 _MAX_G = 2**40
 
 
 def _stirlerr_table() -> np.ndarray:
     """``log(n!) - log(sqrt(2 pi n) (n/e)^n)`` for n = 0..15, exact to double precision."""
-    mpmath.mp.dps = 40
-    table = [0.0]
-    for n in range(1, 16):
-        value = mpmath.loggamma(n + 1) - (n + mpmath.mpf(1) / 2) * mpmath.log(n) + n
-        table.append(float(value - mpmath.log(2 * mpmath.pi) / 2))
+    with mpmath.workdps(40):
+        table = [0.0]
+        for n in range(1, 16):
+            value = mpmath.loggamma(n + 1) - (n + mpmath.mpf(1) / 2) * mpmath.log(n) + n
+            table.append(float(value - mpmath.log(2 * mpmath.pi) / 2))
     return np.array(table)
 
 
@@ -119,46 +124,187 @@ def _bd0(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return out
 
 
-def _log_binom_pmf(k: np.ndarray, G: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """``log(C(G,k) p^k (1-p)^(G-k))`` for ``0 < k < G`` and ``0 < p < 1``."""
-    q = 1.0 - p
-    lc = _stirlerr(G) - _stirlerr(k) - _stirlerr(G - k) - _bd0(k, G * p) - _bd0(G - k, G * q)
-    lf = _LN_2PI + np.log(k) + np.log1p(-k / G)
-    return lc - 0.5 * lf
+def _binom_pmf(k: np.ndarray, G: np.ndarray, p: np.ndarray, q: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``C(G,k) p^k (1-p)^(G-k)`` for ``1 <= k <= G - 1`` by Loader's saddle-point form.
+
+    ``exp(stirlerr(G) - stirlerr(k) - stirlerr(G-k) - bd0(k, G p) - bd0(G-k, G q)) *
+    sqrt(G / (2 pi k (G-k)))``: each piece is small or free of cancellation, so the relative
+    error is a few ulps of the exponent. ``q = fl(1 - p)`` and ``c = (1 - p) - q`` (exact,
+    Fast2Sum): with ``q`` for ``1 - p`` the form is the pmf times ``exp(c (k - G p) / q)``
+    (``d bd0(x, m)/dm = 1 - x/m``), a tilt the ``- c (k - G p) / q`` in the exponent removes.
+    At ``k = 1`` the direct ``G p (1-p)^(G-1)`` keeps full precision for subnormal ``p``.
+    """
+    pmf = np.empty_like(p)
+    first = k == 1
+    with np.errstate(under="ignore"):
+        g1, p1, q1 = G[first] - 1, p[first], q[first]
+        tilt = g1 * c[first] / q1  # (1 - p)**n = q**n (1 + c/q)**n; first order is exact to 1e-20 here
+        pmf[first] = (g1 + 1) * p1 * q1**g1 * np.where(np.abs(tilt) < 1e-10, 1 + tilt, 1.0)
+        far = np.flatnonzero(np.abs(tilt) >= 1e-10)
+        if far.size:
+            pmf[np.flatnonzero(first)[far]] = (g1[far] + 1) * p1[far] * _one_minus_pow(p1[far], g1[far])
+        k, G, p, q, c = (x[~first] for x in (k, G, p, q, c))
+        exponent = _stirlerr(G) - _stirlerr(k) - _stirlerr(G - k) - _bd0(k, G * p) - _bd0(G - k, G * q)
+        exponent -= c * (k - G * p) / q
+        pmf[~first] = np.exp(exponent) * np.sqrt(G / (2 * np.pi * k * (G - k)))
+    return pmf
+
+
+def _bennett(u: np.ndarray) -> np.ndarray:
+    """Bennett's function ``h(u) = (1 + u) log(1 + u) - u`` for ``u > -1``."""
+    return (1 + u) * np.log1p(u) - u
+
+
+def _reach(L: np.ndarray, c: np.ndarray, d: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """Least integer ``J <= limit`` with ``F(J) >= L`` for ``F(s) = c h(s/c) + d h(-s/d)``, or ``limit``.
+
+    ``F`` is convex and increasing on ``[0, d)`` (``limit <= d - 1``), and
+    ``F(s) >= s**2/2 (1/(c + s/3) + 1/d)`` (``h(u) >= u**2 / (2 (1 + u/3))``, ``h(-u) >= u**2/2``).
+    ``s0 = L/3 + sqrt(L**2/9 + 2 L c)`` solves ``s**2 = 2 L (c + s/3)``, so ``F(s0) >= L``; below
+    ``s0`` the bound is at least ``s**2 / (2 V)`` with ``1/V = 1/(c + s0/3) + 1/d``, so
+    ``s1 = sqrt(2 L V) <= s0`` has ``F(s1) >= L`` too. Newton steps from there stay above the
+    root (on a convex function the tangent lies below it), so every iterate is a valid, if
+    wider, reach; they stop once a step is under one term.
+    """
+    s0 = L / 3 + np.sqrt(L * L / 9 + 2 * L * c)
+    s = np.minimum(np.sqrt(2 * L / (1 / (c + s0 / 3) + 1 / d)), limit)
+    todo = np.flatnonzero(s > 0)
+    for _ in range(4):
+        st, ct, dt = s[todo], c[todo], d[todo]
+        excess = ct * _bennett(st / ct) + dt * _bennett(-st / dt) - L[todo]
+        slope = np.log1p(st / ct) - np.log1p(-st / dt)
+        step = np.where(excess > 0, excess / np.where(slope > 0, slope, 1.0), 0.0)
+        s[todo] = st - step
+        todo = todo[step > 1]  # a smaller step moves the reach by at most one term
+        if todo.size == 0:
+            break
+    return np.minimum(np.ceil(s), limit)
+
+
+def _window(p: np.ndarray, q: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[lo, hi]`` outside which the terms of ``sum_k C(G,k) p^k q^(G-k) sqrt(k (G-k))`` (``p <= 1/2``)
+    add up to less than ``_TAIL`` of the sum (derivation: ``proofs/04_expectations.py``).
+
+    With ``t_k`` the pmf and ``a`` its mode clamped to ``[1, G-1]`` (so ``t_{a+1} <= t_a`` and
+    ``t_{a-1} <= t_a``), the exact ratios give ``log(t_{a+j} / t_a) <= -F(j - 1)`` with
+    ``c = a + 1, d = G - a`` and ``log(t_{a-j} / t_a) <= -F(j - 1)`` with ``c = G - a + 1, d = a``
+    (``F`` as in ``_reach``: a Chernoff bound in Bennett's form). Every term left out is then
+    below ``exp(-L) t_a``; there are fewer than ``G`` of them, each weight ``sqrt(k (G-k)) <= G/2``,
+    and the sum is at least ``t_a sqrt(a (G - a)) >= t_a sqrt(G - 1)``, so the share left out is
+    below ``G**1.5 exp(-L) / 2``: ``L = log(1/_TAIL) + 1.5 log G`` makes it ``< _TAIL / 2``.
+    """
+    lo, hi = np.ones_like(G), G - 1  # small groups: every term (cheaper than the bound)
+    big = np.flatnonzero(G > _SEGMENT // 2)
+    if big.size:
+        p, q, Gb = p[big], q[big], G[big]
+        a = np.clip(np.floor((Gb + 1) * p), 1, Gb - 1)
+        a = np.where(((Gb - a) * p > (a + 1) * q) & (a < Gb - 1), a + 1, a)  # the float mode, made exact
+        a = np.where((a * q > (Gb - a + 1) * p) & (a > 1), a - 1, a)
+        L = math.log(1 / _TAIL) + 1.5 * np.log(Gb)
+        lo[big] = a - _reach(L, Gb - a + 1, a, a - 1)
+        hi[big] = a + _reach(L, a + 1, Gb - a, Gb - 1 - a)
+    return lo, hi
+
+
+def _walk(
+    k0: np.ndarray, length: np.ndarray, G: np.ndarray, odds: np.ndarray, anchor: np.ndarray
+) -> np.ndarray:
+    """``sum_{i < length} t_{k0+i} sqrt((k0+i) (G-k0-i))`` per lane: ``t_{k0}`` is the saddle-point
+    pmf ``anchor``, then the exact ratio ``t_{k+1} / t_k = (G - k) / (k + 1) * p / (1 - p)`` (three
+    roundings a step: relative error below ``3 max(length)`` ulps). A loop over the steps (at
+    most ``_SEGMENT``), each a few vector ops over the lanes still running."""
+    steps = int(length.max())
+    if k0.min() == k0.max() and G.min() == G.max() and length.min() == steps:
+        # the same k and G in every lane (small groups: the whole range): the weight and the
+        # binomial part of the ratio are scalars, rounded once each (same error budget)
+        term, total, tmp = anchor.copy(), np.zeros_like(k0), np.empty_like(k0)
+        k, g = float(k0[0]), float(G[0])
+        with np.errstate(under="ignore"):
+            for i in range(steps):
+                if i:
+                    term *= odds
+                    term *= (g - k) / (k + 1)
+                    k += 1
+                np.multiply(term, math.sqrt(k * (g - k)), out=tmp)
+                total += tmp
+        return total
+    # longest lanes first: step i touches only the first n_i lanes (those longer than i)
+    order = np.argsort(-length, kind="stable")
+    longest = length[order]
+    running = longest.size - np.searchsorted(longest[::-1], np.arange(steps), side="right")
+    k = k0[order]
+    rest = G[order] - k
+    lane_odds, term = odds[order], anchor[order]
+    total, tmp = np.zeros_like(k), np.empty_like(k)
+    with np.errstate(under="ignore"):
+        for i in range(steps):
+            n = int(running[i])
+            kn, rn, tn, wn = k[:n], rest[:n], term[:n], tmp[:n]
+            if i:
+                np.multiply(rn, lane_odds[:n], out=wn)
+                kn += 1
+                rn -= 1
+                np.divide(wn, kn, out=wn)
+                tn *= wn
+            np.multiply(kn, rn, out=wn)
+            np.sqrt(wn, out=wn)
+            wn *= tn
+            total[:n] += wn
+    out = np.empty_like(total)
+    out[order] = total
+    return out
 
 
 def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
-    """``E[sqrt(k (G - k))]`` for ``k ~ Binomial(G, p)``, elementwise over 1-D ``p``, ``G``."""
+    """``E[sqrt(k (G - k))]`` for ``k ~ Binomial(G, p)``, elementwise over 1-D ``p``, ``G``.
+
+    Symmetric in ``p <-> 1 - p`` (``k -> G - k``), so only ``p <= 1/2`` is summed (``1 - p`` is exact
+    for ``p >= 1/2``). Each prompt's window (``_window``, ``O(sqrt(G p (1-p)) + log G)`` terms)
+    is cut into runs of at most ``_SEGMENT`` terms, each anchored by the saddle-point pmf and
+    walked by the exact ratio; prompts are sorted by window width and processed in cache-sized
+    chunks of runs.
+    """
     out = np.zeros_like(p)
     live = (p > 0) & (p < 1)
-    idx = np.flatnonzero(live)
-    if idx.size == 0:
+    idx = np.flatnonzero(live) if not live.all() else slice(None)
+    Gl, pl = G[idx], p[idx]
+    if pl.size == 0:
         return out
-    pl, Gl = p[idx], G[idx]
-    sd = np.sqrt(Gl * pl * (1 - pl))
-    lo = np.maximum(1.0, np.floor(Gl * pl - _TAIL_SD * sd - _TAIL_PAD))
-    hi = np.minimum(Gl - 1, np.ceil(Gl * pl + _TAIL_SD * sd + _TAIL_PAD))
+    pl = np.minimum(pl, 1.0 - pl)
+    q = 1.0 - pl
+    c = (1.0 - q) - pl  # (1 - p) - q, exactly
+    odds = pl / q / (1 + c / q)
+    lo, hi = _window(pl, q, Gl)
     width = (hi - lo + 1).astype(np.int64)
-    order = np.argsort(width, kind="stable")  # similar widths share a chunk
+    if width.max() <= _SEGMENT:  # one run per prompt: no grouping needed
+        out[idx] = _walk(lo, width, Gl, odds, _binom_pmf(lo, Gl, pl, q, c))
+        return out
+    order = np.argsort(width, kind="stable")
     sorted_width = width[order]
+    totals = np.zeros(pl.size)
     start = 0
-    while start < order.size:  # chunks of prompts, not a loop over k or groups
-        # the most prompts whose padded block (count x widest) fits in one chunk
-        rest = sorted_width[start:]
-        fits = np.arange(1, rest.size + 1) * rest <= _CHUNK
-        count = rest.size if fits.all() else max(1, int(np.argmin(fits)))
-        sel = order[start : start + count]
-        w = int(width[sel].max())
-        Gs, ps = Gl[sel, None], pl[sel, None]
-        total = np.zeros(sel.size)
-        for offset in range(0, w, _CHUNK):  # one block, unless one prompt is wider than a chunk
-            k = lo[sel, None] + np.arange(offset, min(w, offset + _CHUNK), dtype=np.float64)[None, :]
-            valid = k <= hi[sel, None]
-            k = np.where(valid, k, lo[sel, None])
-            log_term = _log_binom_pmf(k, Gs, ps) + 0.5 * (np.log(k) + np.log(Gs - k))
-            total += np.where(valid, np.exp(log_term), 0.0).sum(axis=1)
-        out[idx[sel]] = total
-        start += count
+    while start < order.size:  # groups of prompts with similar widths
+        end = min(order.size, start + max(1, _GROUP // int(sorted_width[start])))
+        if (end - start) * int(sorted_width[end - 1]) > _GROUP:
+            end = start + max(1, _GROUP // int(sorted_width[end - 1]))
+        rows = order[start:end]
+        # a prompt's runs depend on its own width only, so its value does not depend on its company
+        runs = -(-width[rows] // _SEGMENT)
+        span = -(-width[rows] // runs)
+        local = np.repeat(np.arange(rows.size), runs)
+        nth = np.arange(local.size) - np.repeat(np.cumsum(runs) - runs, runs)
+        offset = nth * span[local]
+        length = np.minimum(width[rows][local] - offset, span[local])
+        keep = length > 0
+        local, offset, length = local[keep], offset[keep], length[keep]
+        r = rows[local]
+        k0 = lo[r] + offset
+        anchors = _binom_pmf(k0, Gl[r], pl[r], q[r], c[r])  # the group's saddle points in one pass
+        lane_sums = _walk(k0, length, Gl[r], odds[r], anchors)
+        starts = np.r_[0, np.flatnonzero(np.diff(local)) + 1]  # each prompt's lanes are adjacent
+        totals[rows] = np.add.reduceat(lane_sums, starts)  # pairwise within a prompt
+        start = end
+    out[idx] = totals
     return out
 
 
@@ -293,9 +439,12 @@ def min_group_size(p: Any, epsilon: float = 0.05) -> Any:
 def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     """Least ``G >= 2`` with ``fidelity(p, G) >= 1 - epsilon``.
 
-    The fidelity increases in ``G``, so the answer is found by doubling from the
-    closed form and then bisecting, all prompts at once (about ``2 log2 G`` fidelity
-    evaluations, not one per ``G``).
+    The fidelity increases in ``G``, and ``1 / (1 - phi(G))`` is nearly linear in ``G``
+    (``8 G p (1-p) + O(1)`` by the attenuation law), so a secant on it, started at the closed
+    form's second order and kept inside a bracket ``phi(lo) < 1 - epsilon <= phi(hi)``, lands
+    within a step or two of the answer; bisection takes over after twelve rounds (where the
+    float64 fidelity is flat over many ``G``, as at ``epsilon = 1e-12``). All prompts at once, each
+    distinct ``min(p, 1 - p)`` once (the fidelity is symmetric).
 
     >>> exact_group_size(0.5), exact_group_size(0.03)
     (11, 113)
@@ -304,26 +453,48 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     p_arr, back = _arrays.numeric(p, "p")
     _arrays.check_probability(p_arr, open_interval=True)
     pf = p_arr.reshape(-1)
+    half, inverse = np.unique(np.minimum(pf, 1.0 - pf), return_inverse=True)
     target = 1 - eps
-    hi = np.maximum(2.0, np.ceil(1 / (8 * eps * pf * (1 - pf))))
-    ok = _fidelity(pf, hi) >= target
-    lo = np.where(ok, 1.0, hi)  # fidelity(1) = 0: G = 1 never suffices
-    while not ok.all():
-        if (hi > _MAX_G / 2).any():
+    lo = np.ones_like(half)  # fidelity(1) = 0: G = 1 never suffices
+    hi = np.full_like(half, np.inf)
+    g_last, psi_last = np.full_like(half, np.nan), np.full_like(half, np.nan)
+    var = half * (1 - half)
+    # start: 1 - phi = y + b y**2 + O(y**3), y = 1/(8 G p q), b = (7 - 16 p q)/2 (proofs/04), solved for y
+    y = 2 * eps / (1 + np.sqrt(1 + 2 * (7 - 16 * var) * eps))
+    cand = np.minimum(np.maximum(2.0, np.ceil(1 / (8 * var * y))), _MAX_G)
+    active = np.arange(half.size)
+    for round_ in range(200):
+        g = cand[active]
+        phi = _fidelity(half[active], g)
+        ok = phi >= target
+        hi[active] = np.where(ok, g, hi[active])
+        lo[active] = np.where(ok, lo[active], g)
+        if (lo[active] >= _MAX_G).any():
+            i = np.flatnonzero(inverse == active[np.argmax(lo[active] >= _MAX_G)])[0]
             raise ValueError(
-                f"epsilon={eps!r} needs a group above 2**40 for p={float(pf[~ok][0])!r}; "
+                f"epsilon={eps!r} needs a group above 2**40 for p={float(pf[i])!r}; "
                 "use a larger epsilon or drop prompts that (almost) never or always succeed"
             )
-        lo = np.where(ok, lo, hi)
-        hi = np.where(ok, hi, 2 * hi)
-        ok = _fidelity(pf, hi) >= target
-    while (hi - lo > 1).any():
-        mid = np.floor((lo + hi) / 2)
-        ok = _fidelity(pf, np.maximum(mid, 2.0)) >= target
-        move = hi - lo > 1
-        hi = np.where(move & ok, mid, hi)
-        lo = np.where(move & ~ok, mid, lo)
-    return back(np.maximum(hi, 2.0).reshape(p_arr.shape), integer=True)
+        psi = 1 / (1 - phi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = (psi - psi_last[active]) / (g - g_last[active])
+            law = 8 * var[active]  # d/dG of 1 / (1 - attenuation)
+            estimate = g + (1 / eps - psi) / np.where(slope > 0, slope, law)
+        g_last[active], psi_last[active] = g, psi
+        done = hi[active] - lo[active] <= 1
+        active, estimate = active[~done], estimate[~done]
+        if active.size == 0:
+            break
+        below, above = lo[active], hi[active]
+        if round_ < 12:
+            raw = np.ceil(np.nan_to_num(estimate, nan=0.0, posinf=0.0))
+            step = np.where(raw >= above, above - 1, np.where(raw <= below, below + 1, raw))
+            step = np.where(np.isinf(above) & (raw <= below), 2 * below, step)  # no upper end yet
+        else:
+            step = np.where(np.isinf(above), 2 * below, np.floor((below + above) / 2))
+        cand[active] = np.minimum(step, _MAX_G)
+    sizes = np.maximum(hi, 2.0)[inverse]
+    return back(sizes.reshape(p_arr.shape), integer=True)
 
 
 def difficulty_weight(p: Any) -> Any:
