@@ -1,11 +1,12 @@
-# make demo: set up .venv and run the main job; make test: set up .venv and run every test.
+# make demo: set up .venv and run the main job; make test: the fast tier (unit, property and proof
+# tests, no slow ones); make test-all: every test, with the peers installed (what CI runs).
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.sigma-ref-installed
 
-.PHONY: install demo test lint readme
+.PHONY: install demo test test-all lint readme
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,9 @@ demo: install
 		--loss tests.gallery.correct:token_mean_loss
 
 test: install
+	$(PY) -m pytest -m "not slow"
+
+test-all: install peers
 	$(PY) -m pytest
 
 lint: install
@@ -51,6 +55,3 @@ $(PEERS_STAMP): spec/adapters/install_peers.sh | $(STAMP)
 	bash spec/adapters/install_peers.sh $(PIP)
 	touch $(PEERS_STAMP)
 
-ifeq ($(CI),true)
-test: peers
-endif

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+#: The generated blocks re-run the peer matrix and the CLI: the slow tier (make test-all, CI).
+pytestmark = pytest.mark.slow
+
 from tests import readme_blocks
 
 
