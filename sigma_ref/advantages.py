@@ -62,13 +62,19 @@ def _xp(v: Array) -> Any:
 
 def _pow2(e: Array) -> Array:
     """``2.0**e`` as float64 for integer ``e`` in ``[-1022, 1023]``."""
-    if is_tensor(e):
-        return _arrays.torch_module().ldexp(e.new_ones(e.shape, dtype=_float64(e)), e)
+    if is_tensor(e):  # from the bits (torch.ldexp goes through pow, which may round)
+        torch = _arrays.torch_module()
+        return ((e.to(torch.int64) + 1023) << 52).view(torch.float64)
     return np.ldexp(1.0, e)
 
 
-def _float64(v: Array) -> Any:
-    return _arrays.torch_module().float64
+def _sqrt(v: Array) -> Array:
+    """Correctly rounded square root (torch's CPU float64 sqrt can be 1 ulp off; numpy's is not)."""
+    if is_tensor(v):
+        if v.device.type == "cpu":
+            return _arrays.torch_module().from_numpy(np.sqrt(v.contiguous().numpy()))
+        return v.sqrt()
+    return np.sqrt(v)
 
 
 def _int64(e: Array) -> Array:
@@ -146,11 +152,11 @@ def _centre(values: Array, lay: Layout) -> _Kernel:
 def _eps_weight(
     std: Array, exponent: Array, group_exponent: Array, conv: Convention
 ) -> tuple[Array, Array, Array]:
-    """``d = std * 2**exponent (+ or max) eps`` in original units, and ``w = 2**group_exponent / d``.
+    """``d = std * 2**exponent (+ or max) eps`` in original units, and the same ``d`` in the
+    group's units ``2**group_exponent`` as ``(den, shift)``: ``d / 2**group_exponent = den * 2**shift``.
 
-    ``std`` is in units of ``2**exponent``. ``w`` (which turns a group's scaled centred
-    rewards into advantages) comes as ``(mantissa, exponent)``, ``w = m * 2**e``, so that
-    neither ``w`` nor ``d`` in original units need to fit in float64.
+    ``std`` is in units of ``2**exponent``. Advantages are ``centered / (den * 2**shift)``
+    (see :func:`_apply`), so neither ``d`` nor its reciprocal need to fit in float64.
     """
     xp = _xp(std)
     std_original = _times_pow2(std, exponent)
@@ -164,30 +170,29 @@ def _eps_weight(
         scaled = xp.maximum(std, eps_scaled)
     positive = scaled > 0
     fraction, power = xp.frexp(scaled)  # scaled = fraction * 2**power, fraction in [1/2, 1)
-    mantissa = _where(positive, 1.0 / _where(positive, fraction, xp.ones_like(fraction)), xp.zeros_like(scaled))
-    shift = _where(positive, group_exponent - exponent - _int64(power), 0 * exponent)
+    den = _where(positive, fraction, xp.ones_like(fraction))  # 0/0 = 0: centred values are 0 there
+    shift = _where(positive, _int64(power) + exponent - group_exponent, 0 * exponent)
     if eps > 0:  # eps * 2**-exponent overflowed: d is eps to within 1e-300 relative
         huge = xp.isinf(eps_scaled)
         if bool(huge.any()):
-            mantissa = _where(huge, xp.zeros_like(std) + 1.0 / eps, mantissa)
-            shift = _where(huge, group_exponent, shift)
-    return divisor, mantissa, shift
+            den = _where(huge, xp.zeros_like(std) + eps, den)
+            shift = _where(huge, -group_exponent, shift)
+    return divisor, den, shift
 
 
-def _fold(mantissa: Array, shift: Array) -> tuple[Array, Array]:
-    """``(m * 2**e, 0)`` where that is safely in range, else ``(m, e)`` unchanged."""
+def _fold(den: Array, shift: Array) -> tuple[Array, Array]:
+    """``(den * 2**shift, 0)`` where that is safely in range, else ``(den, shift)`` unchanged."""
     small = abs(shift) <= 900
-    folded = _where(small, _times_pow2(mantissa, _where(small, shift, 0 * shift)), mantissa)
+    folded = _where(small, _times_pow2(den, _where(small, shift, 0 * shift)), den)
     return folded, _where(small, 0 * shift, shift)
 
 
-@_quiet
-def _apply(centered: Array, mantissa: Array, shift: Array, lay: Layout) -> Array:
-    """``centered * m * 2**e`` per element, with one multiplication unless some ``e`` is extreme."""
-    mantissa, shift = _fold(mantissa, shift)
-    out = centered * lay.expand(mantissa)
+def _apply(centered: Array, den: Array, shift: Array, lay: Layout) -> Array:
+    """``centered / (den * 2**shift)`` per element: one division unless some shift is extreme."""
+    den, shift = _fold(den, shift)
+    out = centered / lay.expand(den)
     if bool((shift != 0).any()):
-        out = _times_pow2(out, lay.expand(shift))
+        out = _times_pow2(out, -lay.expand(shift))
     return out
 
 
@@ -197,7 +202,7 @@ class _Scaled:
 
     kernel: _Kernel
     divisor: Array  # per group, original units (inf where it does not fit in float64)
-    weight: Array  # per group: 2**exponent / d = weight * 2**shift
+    den: Array  # per group: d / 2**exponent = den * 2**shift
     shift: Array
     convention: Convention
 
@@ -205,7 +210,7 @@ class _Scaled:
     def sigma(self) -> Array:
         """Population std per group, original units."""
         k = self.kernel
-        return _times_pow2(_xp(k.squares).sqrt(k.squares / k.size), k.exponent)
+        return _times_pow2(_sqrt(k.squares / k.size), k.exponent)
 
     def centered_original(self) -> Array:
         """``R_i - mu`` per element, original units (inf where it does not fit)."""
@@ -220,7 +225,7 @@ class _Scaled:
             lay = k.layout
             own = _times_pow2(k.values, -lay.expand(k.exponent))
             centered = _where(lay.expand(k.singleton), own, centered)
-        return _finite_or_raise(_apply(centered, self.weight, self.shift, k.layout), k, "advantages")
+        return _finite_or_raise(_apply(centered, self.den, self.shift, k.layout), k, "advantages")
 
 
 @_quiet
@@ -240,11 +245,11 @@ def _statistics(values: Array, lay: Layout, conv: Convention) -> _Scaled:
     exponent = kernel.exponent
     if conv.scale == "none":
         divisor = xp.ones_like(kernel.squares)
-        weight, shift = xp.ones_like(divisor), exponent
+        den, shift = xp.ones_like(divisor), -exponent
     elif conv.scale == "group":
         dof = kernel.size - conv.ddof
-        std = xp.sqrt(kernel.squares / _where(dof >= 1, dof, xp.ones_like(dof)))
-        divisor, weight, shift = _eps_weight(std, exponent, exponent, conv)
+        std = _sqrt(kernel.squares / _where(dof >= 1, dof, xp.ones_like(dof)))
+        divisor, den, shift = _eps_weight(std, exponent, exponent, conv)
     else:
         n = int(np.prod(values.shape))
         if n - conv.ddof < 1:
@@ -254,25 +259,25 @@ def _statistics(values: Array, lay: Layout, conv: Convention) -> _Scaled:
             )
         everything = values.reshape(-1, 1)
         whole = _centre(everything, _arrays.Rows(1, n, kernel.size[:1] * 0 + n, (), 0, 1))
-        std = xp.sqrt(whole.squares / (n - conv.ddof))
+        std = _sqrt(whole.squares / (n - conv.ddof))
         batch_exponent = whole.exponent + xp.zeros_like(exponent)
-        divisor, weight, shift = _eps_weight(std + xp.zeros_like(kernel.squares), batch_exponent, exponent, conv)
+        divisor, den, shift = _eps_weight(std + xp.zeros_like(kernel.squares), batch_exponent, exponent, conv)
     if bool(singleton.any()):
         if conv.singleton == "zero":
-            weight = _where(singleton, xp.zeros_like(weight), weight)
+            den = _where(singleton, xp.ones_like(den), den)  # its centred value is 0
             shift = _where(singleton, 0 * shift, shift)
             divisor = _where(singleton, xp.ones_like(divisor), divisor)
         else:  # "unit_std": mean 0 and std 1, so A = R / (1 + eps)
             unit = conv.replace(scale="group") if conv.scale == "batch" else conv
             one = xp.ones_like(divisor)
             if unit.scale == "none":
-                d_one, w_one, s_one = one, one, exponent
+                d_one, w_one, s_one = one, one, -exponent
             else:
                 d_one, w_one, s_one = _eps_weight(one, 0 * exponent, exponent, unit)
-            weight = _where(singleton, w_one, weight)
+            den = _where(singleton, w_one, den)
             shift = _where(singleton, s_one, shift)
             divisor = _where(singleton, d_one, divisor)
-    return _Scaled(kernel, divisor, weight, shift, conv)
+    return _Scaled(kernel, divisor, den, shift, conv)
 
 
 def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
@@ -473,7 +478,7 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
             "baseline needs G >= 2 responses per group. Sample more responses or drop the group"
         )
     kern = _statistics(values, lay, DR_GRPO).kernel
-    adv = _apply(kern.centered, kern.size / (kern.size - 1), kern.exponent, lay)
+    adv = _apply(kern.centered, (kern.size - 1) / kern.size, -kern.exponent, lay)
     adv = _finite_or_raise(adv, kern, "advantages")
     return backend.out(lay.restore(adv))
 
