@@ -141,6 +141,10 @@ def as_float64(
     return x, Backend(False, None, out_dtype)
 
 
+#: Up to this group size, :class:`Rows` sums run left to right over the G members.
+SEQUENTIAL_MAX_G = 64
+
+
 @dataclasses.dataclass(frozen=True)
 class Rows:
     """Groups of one size ``G``, stored as the columns of a contiguous ``[G, B]`` array.
@@ -168,9 +172,14 @@ class Rows:
         return is_tensor(self.sizes)
 
     def sum(self, v: Array) -> Array:
-        """Per-group sums by pairwise halving (``v[:h] + v[h:2h]``, ...): ``log2 G`` elementwise
-        adds on contiguous rows, the same order in numpy and torch (bit-identical results)
-        and a rounding error that grows like ``log2 G``, not ``G``."""
+        """Per-group sums: ``v[0] + v[1] + ...`` left to right for ``G <= 64`` (no temporary
+        larger than a row), pairwise halving (``v[:h] + v[h:2h]``, ...) beyond. The same
+        order in numpy and torch, so the two give bit-identical results."""
+        if v.shape[0] <= SEQUENTIAL_MAX_G:
+            acc = v[0].clone() if self.torch else v[0].copy()
+            for j in range(1, v.shape[0]):
+                acc += v[j]
+            return acc
         while v.shape[0] > 1:
             half = v.shape[0] // 2
             head = v[:half] + v[half : 2 * half]
@@ -179,13 +188,28 @@ class Rows:
             v = head
         return v[0].clone() if self.torch else v[0].copy()
 
+    def sum_squares(self, v: Array, scratch: Array | None = None) -> Array:
+        """Per-group ``sum v**2``, in :meth:`sum`'s order, with one row-sized temporary."""
+        if v.shape[0] > SEQUENTIAL_MAX_G:
+            return self.sum(v * v)
+        acc = v[0] * v[0]
+        tmp = acc.clone() if self.torch else acc.copy()
+        for j in range(1, v.shape[0]):
+            if self.torch:
+                torch_module().mul(v[j], v[j], out=tmp)
+            else:
+                np.multiply(v[j], v[j], out=tmp)
+            acc += tmp
+        return acc
+
     def min(self, v: Array) -> Array:
         return v.amin(0) if self.torch else v.min(axis=0)
 
     def max(self, v: Array) -> Array:
         return v.amax(0) if self.torch else v.max(axis=0)
 
-    def expand(self, g: Array) -> Array:
+    def expand(self, g: Array, out: Array | None = None) -> Array:
+        """A per-group array broadcast against the ``[G, B]`` values (a view, no copy)."""
         return g[None, :]
 
     def restore(self, v: Array) -> Array:
@@ -276,8 +300,23 @@ class Segments:
         """Per group: True where every value of the group is equal (exactly)."""
         return self.min(v) == self.max(v)
 
-    def expand(self, g: Array) -> Array:
-        return g[self.inverse]
+    def expand(self, g: Array, out: Array | None = None) -> Array:
+        """``g[inverse]``: one value per element (written into ``out`` when given)."""
+        if out is None:
+            return g[self.inverse]
+        if self.torch:
+            return torch_module().index_select(g, 0, self.inverse, out=out)
+        return np.take(g, self.inverse, out=out)
+
+    def sum_squares(self, v: Array, scratch: Array | None = None) -> Array:
+        """Per-group ``sum v**2`` (the squares go to ``scratch`` when given)."""
+        if scratch is None:
+            return self.sum(v * v)
+        if self.torch:
+            torch_module().mul(v, v, out=scratch)
+        else:
+            np.multiply(v, v, out=scratch)
+        return self.sum(scratch)
 
     def restore(self, v: Array) -> Array:
         if self.batch_shape is None:

@@ -120,12 +120,19 @@ class _Kernel:
     silent: Array
     singleton: Array
     size: Array
+    scratch: Array | None
 
 
-def _centre(values: Array, lay: Layout) -> _Kernel:
-    """Scale each group by a power of two, shift it by its maximum, centre it in two passes."""
+def _centre(values: Array, lay: Layout, *, owned: bool = False) -> _Kernel:
+    """Scale each group by a power of two, shift it by its maximum, centre it in two passes.
+
+    ``owned``: ``values`` is a scratch copy the kernel may overwrite (the row layout's
+    ``[G, B]`` copy), so the whole computation runs in place in one buffer.
+    """
     xp = _xp(values)
-    lo, hi = lay.min(values), lay.max(values)
+    lo, hi = lay.min(values), lay.max(values)  # NaN and inf show up here: no extra pass
+    if not bool((xp.isfinite(lo) & xp.isfinite(hi)).all()):
+        _arrays.check_finite(values, lay, "rewards")
     silent = lo == hi
     _, exponent = xp.frexp(xp.maximum(abs(lo), abs(hi)))  # max|R| < 2**exponent, 0 for zeros
     exponent = _int64(exponent)
@@ -133,20 +140,26 @@ def _centre(values: Array, lay: Layout) -> _Kernel:
     scale = _pow2(first)
     extra = -exponent - first  # non-zero only for groups with max|R| < 2**-1022
     ref = hi * scale
-    shifted = values * lay.expand(scale)
+    scratch = None if isinstance(lay, _arrays.Rows) else xp.empty_like(values)
+    owned = owned and isinstance(lay, _arrays.Rows) and lay.size > 1
+    if owned:
+        shifted = values
+        shifted *= lay.expand(scale, scratch)
+    else:
+        shifted = values * lay.expand(scale, scratch)
     if bool((extra != 0).any()):
         more = _pow2(extra)
         ref = ref * more
-        shifted = shifted * lay.expand(more)
-    shifted -= lay.expand(ref)  # in [-2, 0]; exactly 0 where R_i is the group's maximum
+        shifted *= lay.expand(more, scratch)
+    shifted -= lay.expand(ref, scratch)  # in [-2, 0]; exactly 0 where R_i is the group's maximum
     size = lay.sizes
     first_mean = lay.sum(shifted) / size
-    shifted -= lay.expand(first_mean)
+    shifted -= lay.expand(first_mean, scratch)
     correction = lay.sum(shifted) / size
-    shifted -= lay.expand(correction)
-    squares = lay.sum(shifted * shifted)
+    shifted -= lay.expand(correction, scratch)
+    squares = lay.sum_squares(shifted, scratch)
     mean = ref + (first_mean + correction)
-    return _Kernel(lay, values, shifted, exponent, mean, squares, silent, size == 1, size)
+    return _Kernel(lay, None if owned else values, shifted, exponent, mean, squares, silent, size == 1, size, scratch)
 
 
 def _eps_weight(
@@ -187,13 +200,18 @@ def _fold(den: Array, shift: Array) -> tuple[Array, Array]:
     return folded, _where(small, 0 * shift, shift)
 
 
-def _apply(centered: Array, den: Array, shift: Array, lay: Layout) -> Array:
-    """``centered / (den * 2**shift)`` per element: one division unless some shift is extreme."""
+def _apply(kernel: _Kernel, centered: Array, den: Array, shift: Array) -> Array:
+    """``centered / (den * 2**shift)`` per element, in place on ``centered``: one division
+    unless some shift is extreme; a value that overflows float64 raises."""
+    lay = kernel.layout
     den, shift = _fold(den, shift)
-    out = centered / lay.expand(den)
+    centered /= lay.expand(den, kernel.scratch)
     if bool((shift != 0).any()):
-        out = _times_pow2(out, -lay.expand(shift))
-    return out
+        centered = _times_pow2(centered, -lay.expand(shift))
+    # |centered| <= 2 before the division: only a group with a tiny divisor can overflow
+    if bool(((shift < 0) | (den < 2.0**-1000)).any()):
+        return _finite_or_raise(centered, kernel, "advantages")
+    return centered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,21 +236,32 @@ class _Scaled:
         return _times_pow2(k.centered, k.layout.expand(k.exponent))
 
     def advantages(self) -> Array:
-        """``A_i = (R_i - mu) / d`` per element, in the layout's value shape."""
+        """``A_i = (R_i - mu) / d`` per element, in the layout's value shape (computed in the
+        kernel's buffer: call once)."""
         k = self.kernel
         centered = k.centered
         if self.convention.singleton == "unit_std" and bool(k.singleton.any()):  # A = R / d there
             lay = k.layout
             own = _times_pow2(k.values, -lay.expand(k.exponent))
             centered = _where(lay.expand(k.singleton), own, centered)
-        return _finite_or_raise(_apply(centered, self.den, self.shift, k.layout), k, "advantages")
+        return _apply(k, centered, self.den, self.shift)
 
 
 @_quiet
-def _statistics(values: Array, lay: Layout, conv: Convention) -> _Scaled:
+def _statistics(values: Array, lay: Layout, conv: Convention, *, owned: bool = False) -> _Scaled:
     """The one computation behind :func:`group_statistics` and the advantages."""
     xp = _xp(values)
-    kernel = _centre(values, lay)
+    whole = None
+    if conv.scale == "batch":  # before the groups' kernel, which may overwrite `values`
+        n = int(np.prod(values.shape))
+        if n - conv.ddof < 1:
+            raise ValueError(
+                f"rewards has {n} element(s): a batch std with ddof={conv.ddof} "
+                "needs at least 2; use scale='group' or more rewards"
+            )
+        one = xp.ones(1, dtype=values.dtype) if not is_tensor(values) else values.new_ones(1)
+        whole = _centre(values.reshape(-1, 1), _arrays.Rows(1, n, one * n, (), 0, 1))
+    kernel = _centre(values, lay, owned=owned)
     singleton = kernel.singleton
     if conv.singleton == "error" and bool(singleton.any()):
         group = int(xp.nonzero(singleton)[0][0])
@@ -251,14 +280,7 @@ def _statistics(values: Array, lay: Layout, conv: Convention) -> _Scaled:
         std = _sqrt(kernel.squares / _where(dof >= 1, dof, xp.ones_like(dof)))
         divisor, den, shift = _eps_weight(std, exponent, exponent, conv)
     else:
-        n = int(np.prod(values.shape))
-        if n - conv.ddof < 1:
-            raise ValueError(
-                f"rewards has {n} element(s): a batch std with ddof={conv.ddof} "
-                "needs at least 2; use scale='group' or more rewards"
-            )
-        everything = values.reshape(-1, 1)
-        whole = _centre(everything, _arrays.Rows(1, n, kernel.size[:1] * 0 + n, (), 0, 1))
+        assert whole is not None
         std = _sqrt(whole.squares / (n - conv.ddof))
         batch_exponent = whole.exponent + xp.zeros_like(exponent)
         divisor, den, shift = _eps_weight(std + xp.zeros_like(kernel.squares), batch_exponent, exponent, conv)
@@ -297,7 +319,6 @@ def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
 def _prepare(rewards: Any, index: Any, dim: Any) -> tuple[Array, Layout, _arrays.Backend]:
     x, backend = _arrays.as_float64(rewards, "rewards", copy=False)  # never written to
     values, lay = _arrays.arrange(x, index, dim, "rewards")
-    _arrays.check_finite(values, lay, "rewards")
     return values, lay, backend
 
 
@@ -381,12 +402,12 @@ def group_statistics(
     """
     conv = get_convention(convention)
     values, lay, backend = _prepare(rewards, index, dim)
-    scaled = _statistics(values, lay, conv)
+    k = lay.sum(values)
+    scaled = _statistics(values, lay, conv, owned=True)
     kern = scaled.kernel
-    xp = _xp(values)
+    xp = _xp(k)
     std = scaled.sigma
     mean = _times_pow2(kern.mean, kern.exponent)
-    k = lay.sum(values)
     k = _where(xp.isfinite(k), k, _times_pow2(kern.size * kern.mean, kern.exponent))
     for name, value in (("k = sum(R)", k), ("sigma", std), ("divisor d", scaled.divisor)):
         finite = value.isfinite() if is_tensor(value) else np.isfinite(value)
@@ -440,7 +461,7 @@ def grpo_advantage(
     """
     conv = get_convention(convention)
     values, lay, backend = _prepare(rewards, index, dim)
-    adv = _statistics(values, lay, conv).advantages()
+    adv = _statistics(values, lay, conv, owned=True).advantages()
     return backend.out(lay.restore(adv))
 
 
@@ -477,9 +498,8 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
             f"rewards has a group of size 1 ({lay.describe(group)}); RLOO's leave-one-out "
             "baseline needs G >= 2 responses per group. Sample more responses or drop the group"
         )
-    kern = _statistics(values, lay, DR_GRPO).kernel
-    adv = _apply(kern.centered, (kern.size - 1) / kern.size, -kern.exponent, lay)
-    adv = _finite_or_raise(adv, kern, "advantages")
+    kern = _statistics(values, lay, DR_GRPO, owned=True).kernel
+    adv = _apply(kern, kern.centered, (kern.size - 1) / kern.size, -kern.exponent)
     return backend.out(lay.restore(adv))
 
 
@@ -496,6 +516,7 @@ def dapo_keep_mask(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
            [False, False, False]])
     """
     values, lay, backend = _prepare(rewards, index, dim)
+    _arrays.check_finite(values, lay, "rewards")
     keep = lay.min(values) < lay.max(values)  # not silent; a singleton is silent
     element = lay.expand(keep)
     if isinstance(lay, _arrays.Rows):
