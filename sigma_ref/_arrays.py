@@ -413,7 +413,7 @@ def _factorize_objects(seq: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     for key in table:
         try:
             nan = key != key
-        except Exception:  # noqa: BLE001 - an id whose == does not give a bool
+        except Exception:
             nan = False
         if nan is True:
             pos = next(i for i, v in enumerate(seq) if v is key or v != v)
@@ -425,7 +425,7 @@ def _factorize_objects(seq: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarr
         order = sorted(table)
     except TypeError:  # ids of kinds that do not compare (e.g. 1 and 'a'): first-seen order
         order = list(table)
-    table.update(zip(order, range(len(order))))
+    table.update(zip(order, range(len(order)), strict=True))
     inverse = np.fromiter(map(table.__getitem__, seq), dtype=np.int64, count=len(seq))
     ids = np.empty(len(order), dtype=object)
     for j, key in enumerate(order):
@@ -498,7 +498,9 @@ def factorize(index: Any, n: int, device: Any = None) -> tuple[Array, Array, np.
     return _on_device(inverse, sizes, ids, device)
 
 
-def _on_device(inverse: np.ndarray, sizes: np.ndarray, ids: np.ndarray, device: Any) -> tuple[Array, Array, np.ndarray]:
+def _on_device(
+    inverse: np.ndarray, sizes: np.ndarray, ids: np.ndarray, device: Any
+) -> tuple[Array, Array, np.ndarray]:
     """``(inverse, sizes as float64, ids)``, the first two moved to torch ``device`` if given."""
     if device is None:
         return inverse.astype(np.int64, copy=False), sizes.astype(np.float64), ids

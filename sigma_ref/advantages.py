@@ -38,10 +38,18 @@ from . import _arrays
 from ._arrays import Array, Layout, is_tensor
 from .conventions import DR_GRPO, PAPER, Convention, get_convention
 
-__all__ = ["group_statistics", "GroupStatistics", "grpo_advantage", "dr_grpo_advantage", "rloo_advantage", "dapo_keep_mask"]
+__all__ = [
+    "group_statistics",
+    "GroupStatistics",
+    "grpo_advantage",
+    "dr_grpo_advantage",
+    "rloo_advantage",
+    "dapo_keep_mask",
+]
 
 _MAX_EXP = 1023  # 2**1023 is the largest power of two in float64
 _MIN_EXP = -1022  # 2**-1022 the smallest normal one
+_SAFE = 2.0**400  # groups with 2**-400 <= max|R| <= 2**400 need no scaling
 
 
 def _quiet(func: Any) -> Any:
@@ -121,6 +129,7 @@ class _Kernel:
     singleton: Array
     size: Array
     scratch: Array | None
+    unscaled: bool  # exponent == 0 for every group (the common case: no scaling work)
 
 
 def _centre(values: Array, lay: Layout, *, owned: bool = False) -> _Kernel:
@@ -134,14 +143,25 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False) -> _Kernel:
     if not bool((xp.isfinite(lo) & xp.isfinite(hi)).all()):
         _arrays.check_finite(values, lay, "rewards")
     silent = lo == hi
-    _, exponent = xp.frexp(xp.maximum(abs(lo), abs(hi)))  # max|R| < 2**exponent, 0 for zeros
+    top = xp.maximum(abs(lo), abs(hi))
+    scratch = None if isinstance(lay, _arrays.Rows) else xp.empty_like(values)
+    owned = owned and isinstance(lay, _arrays.Rows) and lay.size > 1
+    if bool((top <= _SAFE).all()) and bool(((top >= 1 / _SAFE) | silent).all()):
+        # every non-silent group has 2**-400 <= max|R| <= 2**400: no square can overflow or
+        # underflow (a non-silent group has a centred value >= ulp(max|R|) / 4), so no scaling
+        exponent = _int64(0 * lo)
+        if owned:
+            shifted = values
+            shifted -= lay.expand(hi, scratch)
+        else:
+            shifted = values - lay.expand(hi, scratch)
+        return _finish_centring(values, lay, shifted, hi, exponent, silent, scratch, owned, unscaled=True)
+    _, exponent = xp.frexp(top)  # max|R| < 2**exponent, 0 for zeros
     exponent = _int64(exponent)
     first = _clip(-exponent, _MIN_EXP, _MAX_EXP)
     scale = _pow2(first)
     extra = -exponent - first  # non-zero only for groups with max|R| < 2**-1022
     ref = hi * scale
-    scratch = None if isinstance(lay, _arrays.Rows) else xp.empty_like(values)
-    owned = owned and isinstance(lay, _arrays.Rows) and lay.size > 1
     if owned:
         shifted = values
         shifted *= lay.expand(scale, scratch)
@@ -152,6 +172,22 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False) -> _Kernel:
         ref = ref * more
         shifted *= lay.expand(more, scratch)
     shifted -= lay.expand(ref, scratch)  # in [-2, 0]; exactly 0 where R_i is the group's maximum
+    return _finish_centring(values, lay, shifted, ref, exponent, silent, scratch, owned, unscaled=False)
+
+
+def _finish_centring(
+    values: Array,
+    lay: Layout,
+    shifted: Array,
+    ref: Array,
+    exponent: Array,
+    silent: Array,
+    scratch: Array | None,
+    owned: bool,
+    *,
+    unscaled: bool,
+) -> _Kernel:
+    """The two-pass centring of ``shifted = R * 2**-exponent - ref`` and its sum of squares."""
     size = lay.sizes
     first_mean = lay.sum(shifted) / size
     shifted -= lay.expand(first_mean, scratch)
@@ -159,7 +195,8 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False) -> _Kernel:
     shifted -= lay.expand(correction, scratch)
     squares = lay.sum_squares(shifted, scratch)
     mean = ref + (first_mean + correction)
-    return _Kernel(lay, None if owned else values, shifted, exponent, mean, squares, silent, size == 1, size, scratch)
+    kept = None if owned else values
+    return _Kernel(lay, kept, shifted, exponent, mean, squares, silent, size == 1, size, scratch, unscaled)
 
 
 def _eps_weight(
@@ -200,10 +237,13 @@ def _fold(den: Array, shift: Array) -> tuple[Array, Array]:
     return folded, _where(small, 0 * shift, shift)
 
 
-def _apply(kernel: _Kernel, centered: Array, den: Array, shift: Array) -> Array:
+def _apply(kernel: _Kernel, centered: Array, den: Array, shift: Array | None) -> Array:
     """``centered / (den * 2**shift)`` per element, in place on ``centered``: one division
     unless some shift is extreme; a value that overflows float64 raises."""
     lay = kernel.layout
+    if shift is None:  # unscaled: |centered| <= 2**401 and d >= 2**-460, nothing can overflow
+        centered /= lay.expand(den, kernel.scratch)
+        return centered
     den, shift = _fold(den, shift)
     centered /= lay.expand(den, kernel.scratch)
     if bool((shift != 0).any()):
@@ -221,7 +261,7 @@ class _Scaled:
     kernel: _Kernel
     divisor: Array  # per group, original units (inf where it does not fit in float64)
     den: Array  # per group: d / 2**exponent = den * 2**shift
-    shift: Array
+    shift: Array | None  # None: all zero (an unscaled kernel)
     convention: Convention
 
     @property
@@ -272,6 +312,8 @@ def _statistics(values: Array, lay: Layout, conv: Convention, *, owned: bool = F
             "or 'unit_std'"
         )
     exponent = kernel.exponent
+    if kernel.unscaled and (whole is None or whole.unscaled):
+        return _unscaled_statistics(kernel, whole, conv)
     if conv.scale == "none":
         divisor = xp.ones_like(kernel.squares)
         den, shift = xp.ones_like(divisor), -exponent
@@ -300,6 +342,37 @@ def _statistics(values: Array, lay: Layout, conv: Convention, *, owned: bool = F
             shift = _where(singleton, s_one, shift)
             divisor = _where(singleton, d_one, divisor)
     return _Scaled(kernel, divisor, den, shift, conv)
+
+
+def _plain_eps(std: Array, conv: Convention) -> Array:
+    if conv.eps_placement == "add":
+        return std + conv.eps
+    return std.clamp(min=conv.eps) if is_tensor(std) else np.maximum(std, conv.eps)
+
+
+def _unscaled_statistics(kernel: _Kernel, whole: _Kernel | None, conv: Convention) -> _Scaled:
+    """:func:`_statistics` when no group needed scaling: ``d`` directly, one division later."""
+    xp = _xp(kernel.squares)
+    singleton = kernel.singleton
+    if conv.scale == "none":
+        divisor = xp.ones_like(kernel.squares)
+    elif conv.scale == "group":
+        dof = kernel.size - conv.ddof
+        divisor = _plain_eps(_sqrt(kernel.squares / _where(dof >= 1, dof, xp.ones_like(dof))), conv)
+    else:
+        assert whole is not None
+        n = int(whole.size[0])
+        batch = _plain_eps(_sqrt(whole.squares / (n - conv.ddof)), conv)
+        divisor = batch + xp.zeros_like(kernel.squares)
+    if bool(singleton.any()):
+        if conv.singleton == "zero":
+            divisor = _where(singleton, xp.ones_like(divisor), divisor)  # its centred value is 0
+        else:  # "unit_std": mean 0 and std 1, so A = R / (1 + eps)
+            one = xp.ones_like(divisor)
+            d_one = one if conv.scale == "none" else _plain_eps(one, conv)
+            divisor = _where(singleton, d_one, divisor)
+    den = _where(divisor > 0, divisor, xp.ones_like(divisor))  # 0/0 = 0: silent, eps = 0
+    return _Scaled(kernel, divisor, den, None, conv)
 
 
 def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
@@ -499,7 +572,7 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
             "baseline needs G >= 2 responses per group. Sample more responses or drop the group"
         )
     kern = _statistics(values, lay, DR_GRPO, owned=True).kernel
-    adv = _apply(kern, kern.centered, (kern.size - 1) / kern.size, -kern.exponent)
+    adv = _apply(kern, kern.centered, (kern.size - 1) / kern.size, None if kern.unscaled else -kern.exponent)
     return backend.out(lay.restore(adv))
 
 

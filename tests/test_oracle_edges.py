@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from sigma_ref import (
-    Convention,
     PRESETS,
+    Convention,
     dapo_keep_mask,
     dr_grpo_advantage,
     group_sigma,
@@ -58,7 +58,9 @@ def assert_ulps(actual, expected, ulps: float = 8) -> None:
     scale = np.abs(expected).max(axis=-1, keepdims=True)
     err = np.abs(actual - expected)
     bound = ulps * 2.0**-52 * np.maximum(scale, np.finfo(float).tiny)
-    assert (err <= bound).all(), f"actual={actual.tolist()}, but should be {expected.tolist()} (err {err.max():.3g})"
+    assert (err <= bound).all(), (
+        f"actual={actual.tolist()}, but should be {expected.tolist()} (err {err.max():.3g})"
+    )
 
 
 EDGE_ROWS = [
@@ -119,7 +121,7 @@ def test_offset_groups_relative_accuracy() -> None:
             mu = sum(exact) / len(exact)
             var = sum((v - mu) ** 2 for v in exact) / len(exact)
             sigma = math.sqrt(var)  # float sqrt of the exact variance: <= 0.5 ulp
-            want = np.array([float((v - mu)) / sigma for v in exact])
+            want = np.array([float(v - mu) / sigma for v in exact])
             assert np.abs(a - want).max() <= 1e-15 * np.abs(want).max()
 
 
@@ -165,7 +167,9 @@ def test_silent_detection_is_exact() -> None:
     [
         pytest.param([0, None, 0, None], ValueError, ["index[1] is None"], id="none-id"),
         pytest.param([0.0, math.nan, 0.0, math.nan], ValueError, ["index[1] is NaN"], id="nan-float-id"),
-        pytest.param(["a", math.nan, "a", math.nan], ValueError, ["index[1]", "not equal to itself"], id="nan-mixed"),
+        pytest.param(
+            ["a", math.nan, "a", math.nan], ValueError, ["index[1]", "not equal to itself"], id="nan-mixed"
+        ),
         pytest.param([{"a": 1}, {"a": 1}, 2, 2], TypeError, ["index[0]", "dict", "hashable"], id="dict-id"),
         pytest.param(torch.tensor([0.0, math.nan, 0.0, 1.0]), ValueError, ["NaN"], id="nan-tensor-id"),
     ],
@@ -183,7 +187,10 @@ def test_ids_are_grouped_by_equality_not_by_their_string() -> None:
     got = grpo_advantage(rewards, index=[1, "1", 1, "1", 1])
     assert got.tolist() == pytest.approx(grpo_advantage(rewards, index=["a", "b", "a", "b", "a"]).tolist())
     stats = group_statistics(rewards, index=[1, "1", 1, "1", 1])
-    assert stats.size.tolist() == [3, 2] and stats.ids.tolist() == [1, "1"]  # first-seen: 1 and '1' do not sort
+    assert stats.size.tolist() == [3, 2] and stats.ids.tolist() == [
+        1,
+        "1",
+    ]  # first-seen: 1 and '1' do not sort
 
 
 def test_dim_with_index_is_refused() -> None:

@@ -52,7 +52,9 @@ def test_advantages_are_the_statistics() -> None:
             stats = group_statistics(rewards, convention=conv, dim=dim)
             assert stats.mean.shape == tuple(n for i, n in enumerate(rewards.shape) if i != dim)
             expected = (rewards - stats.expand(stats.mean)) / stats.expand(stats.divisor)
-            np.testing.assert_allclose(grpo_advantage(rewards, convention=conv, dim=dim), expected, atol=1e-13)
+            np.testing.assert_allclose(
+                grpo_advantage(rewards, convention=conv, dim=dim), expected, atol=1e-13
+            )
 
 
 def test_index_layout_ids_inverse_and_expand() -> None:
@@ -68,7 +70,9 @@ def test_index_layout_ids_inverse_and_expand() -> None:
         assert stats.size[j] == len(members) and stats.singleton[j] == (len(members) == 1)
         assert stats.mean[j] == pytest.approx(members.mean(), rel=1e-15)
         assert stats.sigma[j] == pytest.approx(members.std(), rel=1e-14, abs=0)
-        assert stats.divisor[j] == pytest.approx(1.0 if len(members) == 1 else _plain_divisor(members, PRESETS["trl"]))
+        assert stats.divisor[j] == pytest.approx(
+            1.0 if len(members) == 1 else _plain_divisor(members, PRESETS["trl"])
+        )
     np.testing.assert_array_equal(stats.expand(stats.mean), stats.mean[stats.inverse])
 
 
@@ -96,7 +100,11 @@ def test_torch_in_torch_out() -> None:
     rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float32)
     stats = group_statistics(rewards, index=None)
     assert isinstance(stats, GroupStatistics)
-    assert stats.sigma.dtype == torch.float64 and stats.size.dtype == torch.int64 and stats.silent.dtype == torch.bool
+    assert (
+        stats.sigma.dtype == torch.float64
+        and stats.size.dtype == torch.int64
+        and stats.silent.dtype == torch.bool
+    )
     assert float(stats.sigma[0]) == pytest.approx(math.sqrt(3) / 4, rel=1e-15)
     flat = group_statistics(torch.tensor([1.0, 0.0, 1.0, 1.0]), index=torch.tensor([4, 4, 2, 2]))
     assert flat.inverse.tolist() == [1, 1, 0, 0] and flat.ids.tolist() == [2, 4]
