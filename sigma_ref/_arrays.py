@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import operator
 import sys
 from typing import Any
 
@@ -390,6 +391,21 @@ def _factorize_ints_torch(a: Any) -> tuple[Any, Any, np.ndarray]:
     return inverse, torch.bincount(inverse, minlength=ids_t.numel()), ids_t.cpu().numpy()
 
 
+def _refuse_self_unequal(table: dict[Any, Any], seq: list[Any]) -> None:
+    """Raise for an id that is not equal to itself (NaN): it cannot name a group."""
+    for key in table:
+        try:
+            nan = key != key
+        except Exception:  # an id whose != does not give a bool
+            nan = False
+        if nan is True:
+            pos = next(i for i, v in enumerate(seq) if v is key or v != v)
+            raise ValueError(
+                f"index[{pos}] is {key!r}, which is not equal to itself, so it cannot name a group: "
+                "give those rewards a real group id"
+            )
+
+
 def _factorize_objects(seq: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Factorise hashable ids with a dict: groups are ids equal under ``==`` (``1`` and ``'1'``
     differ). Group order is sorted order when the ids sort, else first-seen order."""
@@ -410,26 +426,18 @@ def _factorize_objects(seq: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarr
             f"index[{seq.index(None)}] is None; every reward needs a group id (a missing uid?): "
             "fill it in or drop that reward"
         )
-    for key in table:
-        try:
-            nan = key != key
-        except Exception:
-            nan = False
-        if nan is True:
-            pos = next(i for i, v in enumerate(seq) if v is key or v != v)
-            raise ValueError(
-                f"index[{pos}] is {key!r}, which is not equal to itself, so it cannot name a group: "
-                "give those rewards a real group id"
-            )
     try:
-        order = sorted(table)
+        order, comparable = sorted(table), True
     except TypeError:  # ids of kinds that do not compare (e.g. 1 and 'a'): first-seen order
-        order = list(table)
+        order, comparable = list(table), False
+    if not (comparable and isinstance(order[0], str)):  # sorted strings cannot hold a NaN
+        _refuse_self_unequal(table, seq)
     table.update(zip(order, range(len(order)), strict=True))
-    inverse = np.fromiter(map(table.__getitem__, seq), dtype=np.int64, count=len(seq))
-    ids = np.empty(len(order), dtype=object)
-    for j, key in enumerate(order):
-        ids[j] = key
+    if len(seq) == 1:
+        inverse = np.zeros(1, dtype=np.int64)
+    else:  # itemgetter looks all of them up in one C loop (twice as fast as map + fromiter)
+        inverse = np.array(operator.itemgetter(*seq)(table), dtype=np.int64)
+    ids = np.fromiter(order, dtype=object, count=len(order))
     return inverse, np.bincount(inverse, minlength=len(order)), ids
 
 
@@ -469,6 +477,8 @@ def factorize(index: Any, n: int, device: Any = None) -> tuple[Array, Array, np.
         except TypeError:
             raise TypeError(f"index={short(index)} must be a sequence of group ids, one per reward") from None
         _check_index_length(len(seq), n)
+        if seq and isinstance(seq[0], (str, bytes, tuple)):  # not numbers: by == through a dict
+            return _on_device(*_factorize_objects(seq), device)
         kinds = set(map(type, seq))
         if kinds <= {int, np.int64, np.int32}:
             try:
