@@ -13,17 +13,23 @@ never imports torch), and return the caller's type, device and floating dtype
 never requires grad.
 
 Accuracy. Every statistic is computed once, by :func:`group_statistics`'s kernel, so
-that it is right for every finite input: each group is first scaled by a power of two
-(exact) so that its largest ``|R|`` lies in ``[1/2, 1)``, shifted by its own maximum
-(so a group whose rewards are all equal is exactly zero: silent detection is exact),
-and centred in two passes (the second pass removes the rounding error of the first
-mean, so the centred values sum to zero within rounding). Squares are taken of these
-scaled values, so no square overflows or underflows. Advantages are ``c * w`` with
-``c`` the scaled centred rewards and ``w`` a per-group factor, which keeps the scale
-out of the elementwise work. The result is within a few units in the last place of
-the exact value relative to the group's scale (``|A_i - A_i*| <= ~(G + 4) u max_j |A_j|``,
-``u = 2**-53``); a result that does not fit in float64 (``|R_i - mu| > 1.8e308`` for
-Dr. GRPO or RLOO) raises ``ValueError`` instead of returning ``inf``.
+that it is right for every finite input:
+
+* each group is shifted by its own maximum, so a group whose rewards are all equal is
+  exactly zero (silent detection is exact: ``min == max``); a group whose largest
+  ``|R|`` is outside ``[2**-400, 2**400]`` is first scaled by a power of two (exact) so
+  that it lies in ``[1/2, 1)``: no sum overflows and no square overflows or underflows;
+* the mean is taken in two passes (the second removes the rounding error of the first),
+  so the centred values sum to zero within rounding (``[1e16, 1e16 + 2, 1e16, 1e16]``
+  centres to ``[-0.5, 1.5, -0.5, -0.5]`` exactly);
+* sums run left to right over the ``G`` members (pairwise beyond ``G = 64``), in the same
+  order for numpy and torch, and square roots are correctly rounded, so both libraries
+  give bit-identical float64 results.
+
+Bound: ``|A_i - A_i*| <= ~(G + 4) u max_j |A_j|`` with ``u = 2**-53`` (relative to the
+group's largest advantage), which the tests check against 60-digit arithmetic. A result
+that does not fit in float64 (``|R_i - mu| > 1.8e308`` for Dr. GRPO or RLOO) raises
+``ValueError`` instead of returning ``inf``.
 """
 
 from __future__ import annotations

@@ -120,3 +120,17 @@ def test_singletons_follow_the_convention() -> None:
     assert zero.singleton.tolist() == [False, True] and zero.divisor[1] == 1.0
     unit = group_statistics(rewards, index=index, convention="verl")
     assert unit.divisor[1] == 1.0 + 1e-6 and unit.mean[1] == 0.7 and unit.sigma[1] == 0.0
+
+
+def test_torch_index_layouts_agree_with_numpy() -> None:
+    """Contiguous runs (row path) and interleaved ids (segment path), torch and numpy: the
+    same advantages bit for bit."""
+    rng = np.random.default_rng(21)
+    rewards = rng.random(48)
+    runs = np.repeat(rng.permutation(12), 4)
+    perm = rng.permutation(48)
+    for ids, r in ((runs, rewards), (runs[perm], rewards[perm])):
+        for conv in ("verl", "trl_batch", "paper"):
+            a = grpo_advantage(r, convention=conv, index=ids)
+            t = grpo_advantage(torch.from_numpy(r.copy()), convention=conv, index=torch.from_numpy(ids.copy()))
+            np.testing.assert_array_equal(a, t.numpy())
