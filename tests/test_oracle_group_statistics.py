@@ -132,5 +132,6 @@ def test_torch_index_layouts_agree_with_numpy() -> None:
     for ids, r in ((runs, rewards), (runs[perm], rewards[perm])):
         for conv in ("verl", "trl_batch", "paper"):
             a = grpo_advantage(r, convention=conv, index=ids)
-            t = grpo_advantage(torch.from_numpy(r.copy()), convention=conv, index=torch.from_numpy(ids.copy()))
+            tr, ti = torch.from_numpy(r.copy()), torch.from_numpy(ids.copy())
+            t = grpo_advantage(tr, convention=conv, index=ti)
             np.testing.assert_array_equal(a, t.numpy())
