@@ -86,9 +86,12 @@ class Backend:
         """
         if self.is_torch:
             torch = torch_module()
-            if not isinstance(x, torch.Tensor):
-                x = torch.as_tensor(x)
             dtype = self.dtype if kind is None else getattr(torch, kind)
+            if not isinstance(x, torch.Tensor):  # a result computed through numpy (CPU)
+                name = str(dtype).removeprefix("torch.")
+                if name in _NUMPY_DTYPES:
+                    return torch.from_numpy(np.asarray(x).astype(name, order="C", copy=False)).to(self.device)
+                x = torch.from_numpy(np.ascontiguousarray(x))
             if x.is_contiguous() or x.dim() == 0:
                 return x.to(device=self.device, dtype=dtype)
             out = torch.empty(tuple(x.shape), dtype=dtype, device=self.device)
@@ -99,16 +102,34 @@ class Backend:
         return np.asarray(x).astype(dtype, order="C", copy=False)
 
 
+#: Torch tensors on the CPU are computed through zero-copy numpy views (numpy runs each
+#: operation on one thread, so the many small per-group operations never pay for
+#: OpenMP start-up or for a busy machine's thread contention). Tests set this to True to
+#: run the torch code path, which CUDA tensors always take, on the CPU.
+TORCH_KERNEL_ON_CPU = False
+
+#: Torch dtypes that numpy holds as they are.
+_NUMPY_DTYPES = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
 def as_float64(
-    values: Any, name: str, *, allow_bool: bool = True, library: str = "input", copy: bool = True
+    values: Any,
+    name: str,
+    *,
+    allow_bool: bool = True,
+    library: str = "input",
+    copy: bool = True,
+    convert: bool = True,
 ) -> tuple[Array, Backend]:
     """``values`` as float64 in its own library (a copy unless ``copy=False``, for callers
     that never write to it).
 
     numpy arrays, sequences and numbers give a numpy array; torch tensors a tensor on
-    their device. ``library="torch"`` forces a torch tensor (the identity's code path).
-    Floating inputs keep their dtype on the way out; integer and boolean inputs come
-    back as float64.
+    their device, except CPU tensors with ``library="auto"``, which give a numpy view
+    (:data:`TORCH_KERNEL_ON_CPU`); ``library="torch"`` forces a torch tensor (the
+    identity's code path). ``convert=False`` (with ``copy=False``) may return the real
+    input dtype, for a caller that converts while it copies (:func:`arrange`). Floating
+    inputs keep their dtype on the way out; integer and boolean inputs come back as float64.
     """
     if is_tensor(values):
         check_dense_tensor(values, name)
@@ -118,6 +139,15 @@ def as_float64(
         if values.dtype == torch.bool and not allow_bool:
             raise TypeError(f"{name} is boolean; pass numbers")
         x = values.detach()
+        if library == "auto" and x.device.type == "cpu" and not TORCH_KERNEL_ON_CPU:
+            if str(x.dtype).removeprefix("torch.") not in _NUMPY_DTYPES:  # bfloat16 and friends
+                x = x.to(torch.float64)
+            arr = x.numpy()
+            if convert or copy:
+                arr = np.array(arr, dtype=np.float64, copy=True) if copy else np.asarray(arr, dtype=np.float64)
+            return arr, backend
+        if not convert and not copy:
+            return x, backend
         if x.dtype != torch.float64:
             x = x.to(torch.float64)
         elif copy:
@@ -136,6 +166,8 @@ def as_float64(
             f"{name} has dtype {arr.dtype} ({short(arr)}); pass real numbers (float, int or bool)"
         )
     out_dtype = arr.dtype if arr.dtype.kind == "f" else np.dtype(np.float64)
+    if not convert and not copy:
+        return arr, Backend(False, None, out_dtype)
     x = np.array(arr, dtype=np.float64, copy=True) if copy else np.asarray(arr, dtype=np.float64)
     if library == "torch":
         return torch_module().from_numpy(x), Backend(False, None, out_dtype)
@@ -563,7 +595,8 @@ def _columns(x: Array, axis: int, size: int, n_groups: int) -> Array:
 
 
 def arrange(x: Array, index: Any, dim: Any, name: str) -> tuple[Array, Layout]:
-    """``x`` (float64, numpy or torch) as the values the statistics run on, and its layout.
+    """``x`` (real numbers, numpy or torch) as the float64 values the statistics run on, and
+    its layout (the row layout's values are a new array; the index layout's may be ``x``).
 
     Without ``index``: :class:`Rows` along ``dim``. With ``index``: :class:`Rows` when the
     ids come in contiguous runs of one length (``[a, a, b, b, ...]``), else :class:`Segments`.
@@ -584,6 +617,7 @@ def arrange(x: Array, index: Any, dim: Any, name: str) -> tuple[Array, Layout]:
         )
     n = int(x.shape[0])
     inverse, sizes, ids = factorize(index, n, x.device if is_tensor(x) else None)
+    x = x.to(torch_module().float64) if is_tensor(x) else np.asarray(x, dtype=np.float64)
     n_groups = len(ids)
     size = n // n_groups
     if size * n_groups == n:

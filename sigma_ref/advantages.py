@@ -396,7 +396,7 @@ def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
 
 
 def _prepare(rewards: Any, index: Any, dim: Any) -> tuple[Array, Layout, _arrays.Backend]:
-    x, backend = _arrays.as_float64(rewards, "rewards", copy=False)  # never written to
+    x, backend = _arrays.as_float64(rewards, "rewards", library="auto", copy=False, convert=False)
     values, lay = _arrays.arrange(x, index, dim, "rewards")
     return values, lay, backend
 
