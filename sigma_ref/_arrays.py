@@ -143,8 +143,10 @@ def as_float64(
             if str(x.dtype).removeprefix("torch.") not in _NUMPY_DTYPES:  # bfloat16 and friends
                 x = x.to(torch.float64)
             arr = x.numpy()
-            if convert or copy:
-                arr = np.array(arr, dtype=np.float64, copy=True) if copy else np.asarray(arr, dtype=np.float64)
+            if copy:
+                arr = np.array(arr, dtype=np.float64, copy=True)
+            elif convert:
+                arr = np.asarray(arr, dtype=np.float64)
             return arr, backend
         if not convert and not copy:
             return x, backend
