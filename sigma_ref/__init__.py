@@ -16,45 +16,113 @@ derive) and ``sigma_ref.compat.post`` (the seed post's code, as published).
 array([ 1.73205081, -0.57735027, -0.57735027, -0.57735027])
 """
 
-from .advantages import dapo_keep_mask, dr_grpo_advantage, grpo_advantage, rloo_advantage
-from .audit import AuditResult, AuditRow, corpus_audit
-from .conventions import (
-    DR_GRPO,
-    OPENRLHF,
-    PAPER,
-    POST,
-    PRESETS,
-    TRL,
-    TRL_BATCH,
-    VERL,
-    Convention,
-    get_convention,
-)
-from .difficulty import (
-    arcsine_objective,
-    attenuation,
-    difficulty_weight,
-    exact_group_size,
-    expected_gradient,
-    fidelity,
-    mass_share,
-    mass_weight,
-    min_group_size,
-    silent_group_rate,
-)
-from .identity import (
-    ContinuousDecomposition,
-    Decomposition,
-    decompose,
-    decompose_continuous,
-    policy_gradient,
-)
-from .stats import centered_norm, group_sigma
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below, for type checkers; at run time they load on first use
+    from .advantages import (
+        GroupStatistics,
+        dapo_keep_mask,
+        dr_grpo_advantage,
+        group_statistics,
+        grpo_advantage,
+        rloo_advantage,
+    )
+    from .audit import AuditResult, AuditRow, corpus_audit
+    from .conventions import (
+        DR_GRPO,
+        OPENRLHF,
+        PAPER,
+        POST,
+        PRESETS,
+        TRL,
+        TRL_BATCH,
+        VERL,
+        Convention,
+        get_convention,
+    )
+    from .difficulty import (
+        arcsine_objective,
+        attenuation,
+        difficulty_weight,
+        exact_group_size,
+        expected_gradient,
+        fidelity,
+        mass_share,
+        mass_weight,
+        min_group_size,
+        silent_group_rate,
+    )
+    from .identity import (
+        ContinuousDecomposition,
+        Decomposition,
+        decompose,
+        decompose_continuous,
+        policy_gradient,
+    )
+    from .stats import centered_norm, group_sigma
+
+#: Public name -> the submodule that defines it. ``import sigma_ref`` loads none of them
+#: (PEP 562): numpy callers never import torch, and nobody imports sympy or mpmath by accident.
+_HOMES = {
+    "group_statistics": "advantages",
+    "GroupStatistics": "advantages",
+    "dapo_keep_mask": "advantages",
+    "dr_grpo_advantage": "advantages",
+    "grpo_advantage": "advantages",
+    "rloo_advantage": "advantages",
+    "AuditResult": "audit",
+    "AuditRow": "audit",
+    "corpus_audit": "audit",
+    "DR_GRPO": "conventions",
+    "OPENRLHF": "conventions",
+    "PAPER": "conventions",
+    "POST": "conventions",
+    "PRESETS": "conventions",
+    "TRL": "conventions",
+    "TRL_BATCH": "conventions",
+    "VERL": "conventions",
+    "Convention": "conventions",
+    "get_convention": "conventions",
+    "arcsine_objective": "difficulty",
+    "attenuation": "difficulty",
+    "difficulty_weight": "difficulty",
+    "exact_group_size": "difficulty",
+    "expected_gradient": "difficulty",
+    "fidelity": "difficulty",
+    "mass_share": "difficulty",
+    "mass_weight": "difficulty",
+    "min_group_size": "difficulty",
+    "silent_group_rate": "difficulty",
+    "ContinuousDecomposition": "identity",
+    "Decomposition": "identity",
+    "decompose": "identity",
+    "decompose_continuous": "identity",
+    "policy_gradient": "identity",
+    "centered_norm": "stats",
+    "group_sigma": "stats",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'sigma_ref' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 
 __all__ = [
     # group statistics
+    "group_statistics",
+    "GroupStatistics",
     "group_sigma",
     "centered_norm",
     # conventions

@@ -1,11 +1,13 @@
-"""Private: input checks, numpy/torch round trips, and group layouts as segments.
+"""Private: input checks, numpy/torch round trips, group ids and group layouts.
 
-Every per-group computation in the oracle runs here in torch float64 on the input's
-device, whatever the caller passed: numpy arrays go in through ``torch.from_numpy``
-and come back with ``.numpy()``. Both layouts (``[..., G]`` along ``dim``, and flat
-``[N]`` with a group ``index``) become one flat vector plus an ``inverse`` map from
-element to group, so there is a single segment-reduction code path and no Python loop
-over groups or elements.
+The oracle computes in float64 in the caller's own array library: numpy input stays
+in numpy (``import sigma_ref`` and numpy callers never import torch), torch input
+stays in torch on its device. A group layout is a small reducer object with one
+interface for both libraries: :class:`Rows` for ``[..., G]`` (the groups are rows of a
+``[B, G]`` view; reductions along the last axis, no scatter), :class:`Segments` for a
+flat ``[N]`` batch with an ``index`` (reductions by group number with
+``bincount``/``index_add``). The statistics are written once against that interface
+(``sigma_ref.advantages``).
 """
 
 from __future__ import annotations
@@ -13,19 +15,35 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import operator
+import sys
 from typing import Any
 
 import numpy as np
-import torch
 
 Array = Any  # numpy.ndarray | torch.Tensor
 
 _MAX_SHOWN = 8
 
 
+def torch_module() -> Any:
+    """The torch module, imported on first use (``import sigma_ref`` does not load it)."""
+    import torch
+
+    return torch
+
+
+def is_tensor(value: Any) -> bool:
+    """``isinstance(value, torch.Tensor)`` without importing torch (no torch, no tensor)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
 def short(value: Any) -> str:
     """A short repr of a value for error messages."""
-    if isinstance(value, torch.Tensor):
+    if is_tensor(value):
+        if value.is_meta or value.layout != torch_module().strided:
+            return f"tensor(shape={tuple(value.shape)}, device={value.device}, layout={value.layout})"
         value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
         flat = value.reshape(-1)
@@ -35,39 +53,108 @@ def short(value: Any) -> str:
     return repr(value)
 
 
+def check_dense_tensor(value: Any, name: str) -> None:
+    """Refuse tensors without values (meta) or in a sparse layout, naming the fix."""
+    torch = torch_module()
+    if value.is_meta:
+        raise ValueError(
+            f"{name} is a tensor on the meta device (shape {tuple(value.shape)}, no values); "
+            "pass a tensor that holds data, e.g. on 'cpu' or 'cuda'"
+        )
+    if value.layout != torch.strided:
+        raise TypeError(
+            f"{name} is a tensor with layout {value.layout}; pass a dense (strided) tensor, "
+            f"e.g. {name}.to_dense()"
+        )
+    if value.is_complex():
+        raise TypeError(f"{name} has dtype {value.dtype}; pass real numbers (float, int or bool)")
+
+
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """Where an input came from, so results go back the same way."""
 
     is_torch: bool
-    device: torch.device
+    device: Any  # torch.device, or None for numpy
     dtype: Any  # the output dtype: numpy dtype or torch dtype
 
-    def out(self, x: torch.Tensor, kind: str | None = None) -> Array:
-        """``x`` (a torch result) as the caller's type and device.
+    def out(self, x: Array, kind: str | None = None) -> Array:
+        """``x`` (a result in the input's library) as the caller's type, device and dtype.
 
         ``kind`` ``None`` keeps the caller's floating dtype; ``"float64"``, ``"int64"``
         or ``"bool"`` force one.
         """
         if self.is_torch:
+            torch = torch_module()
             dtype = self.dtype if kind is None else getattr(torch, kind)
-            return x.to(device=self.device, dtype=dtype)
+            if not isinstance(x, torch.Tensor):  # a result computed through numpy (CPU)
+                name = str(dtype).removeprefix("torch.")
+                if name in _NUMPY_DTYPES:
+                    return torch.from_numpy(np.asarray(x).astype(name, order="C", copy=False)).to(self.device)
+                x = torch.from_numpy(np.ascontiguousarray(x))
+            if x.is_contiguous() or x.dim() == 0:
+                return x.to(device=self.device, dtype=dtype)
+            out = torch.empty(tuple(x.shape), dtype=dtype, device=self.device)
+            return out.copy_(x)  # one pass: the layout's transpose and the dtype together
+        if is_tensor(x):
+            x = x.detach().cpu().numpy()
         dtype = self.dtype if kind is None else np.dtype(kind)
-        return x.detach().cpu().numpy().astype(dtype, copy=False)
+        return np.asarray(x).astype(dtype, order="C", copy=False)
 
 
-def as_float64(values: Any, name: str, *, allow_bool: bool = True) -> tuple[torch.Tensor, Backend]:
-    """``values`` as a float64 tensor (a copy: the input is never touched) and its backend.
+#: Torch tensors on the CPU are computed through zero-copy numpy views (numpy runs each
+#: operation on one thread, so the many small per-group operations never pay for
+#: OpenMP start-up or for a busy machine's thread contention). Tests set this to True to
+#: run the torch code path, which CUDA tensors always take, on the CPU.
+TORCH_KERNEL_ON_CPU = False
 
-    Floating inputs keep their dtype on the way out; integer and boolean inputs come
-    back as float64.
+#: Torch dtypes that numpy holds as they are.
+_NUMPY_DTYPES = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def as_float64(
+    values: Any,
+    name: str,
+    *,
+    allow_bool: bool = True,
+    library: str = "input",
+    copy: bool = True,
+    convert: bool = True,
+) -> tuple[Array, Backend]:
+    """``values`` as float64 in its own library (a copy unless ``copy=False``, for callers
+    that never write to it).
+
+    numpy arrays, sequences and numbers give a numpy array; torch tensors a tensor on
+    their device, except CPU tensors with ``library="auto"``, which give a numpy view
+    (:data:`TORCH_KERNEL_ON_CPU`); ``library="torch"`` forces a torch tensor (the
+    identity's code path). ``convert=False`` (with ``copy=False``) may return the real
+    input dtype, for a caller that converts while it copies (:func:`arrange`). Floating
+    inputs keep their dtype on the way out; integer and boolean inputs come back as float64.
     """
-    if isinstance(values, torch.Tensor):
-        if values.is_complex():
-            raise TypeError(f"{name} has dtype {values.dtype}; pass real numbers (float, int or bool)")
+    if is_tensor(values):
+        check_dense_tensor(values, name)
+        torch = torch_module()
         out_dtype = values.dtype if values.dtype.is_floating_point else torch.float64
         backend = Backend(True, values.device, out_dtype)
-        return values.detach().to(torch.float64).clone(), backend
+        if values.dtype == torch.bool and not allow_bool:
+            raise TypeError(f"{name} is boolean; pass numbers")
+        x = values.detach()
+        if library == "auto" and x.device.type == "cpu" and not TORCH_KERNEL_ON_CPU:
+            if str(x.dtype).removeprefix("torch.") not in _NUMPY_DTYPES:  # bfloat16 and friends
+                x = x.to(torch.float64)
+            arr = x.numpy()
+            if copy:
+                arr = np.array(arr, dtype=np.float64, copy=True)
+            elif convert:
+                arr = np.asarray(arr, dtype=np.float64)
+            return arr, backend
+        if not convert and not copy:
+            return x, backend
+        if x.dtype != torch.float64:
+            x = x.to(torch.float64)
+        elif copy:
+            x = x.clone()
+        return x, backend
     if isinstance(values, (str, bytes)) or values is None:
         raise TypeError(f"{name}={values!r} must be a numpy array, a torch tensor or a sequence of numbers")
     try:
@@ -81,176 +168,506 @@ def as_float64(values: Any, name: str, *, allow_bool: bool = True) -> tuple[torc
             f"{name} has dtype {arr.dtype} ({short(arr)}); pass real numbers (float, int or bool)"
         )
     out_dtype = arr.dtype if arr.dtype.kind == "f" else np.dtype(np.float64)
-    tensor = torch.from_numpy(np.array(arr, dtype=np.float64, copy=True))
-    return tensor, Backend(False, torch.device("cpu"), out_dtype)
+    if not convert and not copy:
+        return arr, Backend(False, None, out_dtype)
+    x = np.array(arr, dtype=np.float64, copy=True) if copy else np.asarray(arr, dtype=np.float64)
+    if library == "torch":
+        return torch_module().from_numpy(x), Backend(False, None, out_dtype)
+    return x, Backend(False, None, out_dtype)
+
+
+#: Up to this group size, :class:`Rows` sums run left to right over the G members.
+SEQUENTIAL_MAX_G = 64
 
 
 @dataclasses.dataclass(frozen=True)
-class Groups:
-    """A group layout as segments of a flat vector.
+class Rows:
+    """Groups of one size ``G``, stored as the columns of a contiguous ``[G, B]`` array.
 
-    ``inverse[i]`` is the group of flat element ``i``; ``sizes[j]`` the size of group
-    ``j``. For the ``[..., G]`` layout the groups are the rows of the array with ``dim``
-    moved last (``batch_shape`` is ``[...]``); for the index layout they are the sorted
-    unique ids (``ids``).
+    The statistics run on that float64 ``[G, B]`` array (numpy or torch): every
+    per-group reduction is ``G - 1`` elementwise operations on contiguous rows of length
+    ``B``, with no scatter and no short inner reductions. For ``[..., G]`` input,
+    ``batch_shape`` is ``[...]`` and ``dim`` the caller's group axis; for a flat input
+    whose ids come in contiguous runs of equal length, ``row_group[b]`` is the group
+    number (in :func:`factorize`'s order) of run ``b`` and ``ids``/``inverse`` its ids.
     """
 
-    inverse: torch.Tensor
-    sizes: torch.Tensor
     n_groups: int
-    ids: np.ndarray | None
-    batch_shape: tuple[int, ...] | None
+    size: int
+    sizes: Array
+    batch_shape: tuple[int, ...]
     dim: int
+    ndim: int
+    row_group: Array | None = None
+    ids: np.ndarray | None = None
+    inverse: Array | None = None
 
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        """Per-group sums of ``x`` (``[N]`` or ``[N, d]``)."""
-        out = x.new_zeros((self.n_groups, *x.shape[1:]))
-        return out.index_add_(0, self.inverse, x)
+    @property
+    def torch(self) -> bool:
+        return is_tensor(self.sizes)
 
-    def mean(self, x: torch.Tensor) -> torch.Tensor:
-        """Per-group means of ``x``."""
-        sizes = self.sizes.reshape(-1, *([1] * (x.dim() - 1)))
-        return self.sum(x) / sizes
+    def sum(self, v: Array) -> Array:
+        """Per-group sums: ``v[0] + v[1] + ...`` left to right for ``G <= 64`` (no temporary
+        larger than a row), pairwise halving (``v[:h] + v[h:2h]``, ...) beyond. The same
+        order in numpy and torch, so the two give bit-identical results."""
+        if v.shape[0] <= SEQUENTIAL_MAX_G:
+            acc = v[0].clone() if self.torch else v[0].copy()
+            for j in range(1, v.shape[0]):
+                acc += v[j]
+            return acc
+        while v.shape[0] > 1:
+            half = v.shape[0] // 2
+            head = v[:half] + v[half : 2 * half]
+            if v.shape[0] % 2:
+                head[0] += v[2 * half]
+            v = head
+        return v[0].clone() if self.torch else v[0].copy()
 
-    def all_equal(self, x: torch.Tensor) -> torch.Tensor:
-        """Per group: True where every value of the group is equal (exactly)."""
-        lo = x.new_full((self.n_groups,), math.inf).scatter_reduce(0, self.inverse, x, "amin")
-        hi = x.new_full((self.n_groups,), -math.inf).scatter_reduce(0, self.inverse, x, "amax")
-        return lo == hi
+    def sum_squares(self, v: Array, scratch: Array | None = None) -> Array:
+        """Per-group ``sum v**2``, in :meth:`sum`'s order, with one row-sized temporary."""
+        if v.shape[0] > SEQUENTIAL_MAX_G:
+            return self.sum(v * v)
+        acc = v[0] * v[0]
+        tmp = acc.clone() if self.torch else acc.copy()
+        for j in range(1, v.shape[0]):
+            if self.torch:
+                torch_module().mul(v[j], v[j], out=tmp)
+            else:
+                np.multiply(v[j], v[j], out=tmp)
+            acc += tmp
+        return acc
+
+    def min(self, v: Array) -> Array:
+        return v.amin(0) if self.torch else v.min(axis=0)
+
+    def max(self, v: Array) -> Array:
+        return v.amax(0) if self.torch else v.max(axis=0)
+
+    def expand(self, g: Array, out: Array | None = None) -> Array:
+        """A per-group array broadcast against the ``[G, B]`` values (a view, no copy)."""
+        return g[None, :]
+
+    def restore(self, v: Array) -> Array:
+        """A per-element ``[G, B]`` result in the caller's layout (a view; not contiguous)."""
+        if self.row_group is not None:
+            return v.T.reshape(-1) if not self.torch else v.t().reshape(-1)
+        shaped = v.reshape(self.size, *self.batch_shape)
+        if self.torch:
+            return shaped.movedim(0, self.dim)
+        return np.moveaxis(shaped, 0, self.dim)
+
+    def per_group(self, g: Array) -> Array:
+        """A per-group result as the caller's per-group array (``[...]``, or group order)."""
+        if self.row_group is None:
+            return g.reshape(self.batch_shape)
+        out = g.new_empty(g.shape) if self.torch else np.empty_like(g)
+        out[self.row_group] = g
+        return out
 
     def describe(self, group: int) -> str:
-        """Human name of group number ``group`` for error messages."""
-        if self.ids is not None:
-            gid = self.ids[group]
-            gid = gid.item() if isinstance(gid, np.generic) else gid  # 'a', not np.str_('a')
-            return f"group with index id {gid!r}"
+        if self.row_group is not None and self.ids is not None:
+            return _describe_id(self.ids[int(self.row_group[group])])
         if self.batch_shape:
             where = np.unravel_index(group, self.batch_shape)
             return f"group at batch position {tuple(int(w) for w in where)}"
         return "the group"
 
+    def group_of(self, flat_position: int) -> int:
+        """Group (column) of the element at ``flat_position`` of the ``[G, B]`` values."""
+        return flat_position % self.n_groups
 
-def flatten_grouped(x: torch.Tensor, dim: int, name: str) -> tuple[torch.Tensor, Groups]:
-    """Rows along ``dim`` of ``x`` as groups; returns the flat values and the layout."""
-    if x.dim() == 0:
-        raise ValueError(f"{name} is a scalar; pass a [..., G] array of rewards (one group per row)")
-    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
-        raise TypeError(f"dim={dim!r} must be an int")
-    if not -x.dim() <= dim < x.dim():
+    def caller_position(self, flat_position: int) -> int:
+        """The same element's flat position in the caller's ``[..., G]`` order."""
+        member, group = divmod(flat_position, self.n_groups)
+        return group * self.size + member
+
+
+@dataclasses.dataclass(frozen=True)
+class Segments:
+    """Groups of any sizes given by ``inverse`` (element -> group number) over a flat vector.
+
+    ``sizes[j]`` is the size of group ``j``; ``ids`` the group ids in group order
+    (``None`` when the groups are the rows of a ``[..., G]`` array: then
+    ``batch_shape``/``dim`` describe it, the identity's layout).
+    """
+
+    inverse: Array
+    sizes: Array
+    n_groups: int
+    ids: np.ndarray | None
+    batch_shape: tuple[int, ...] | None = None
+    dim: int = 0
+
+    @property
+    def torch(self) -> bool:
+        return is_tensor(self.inverse)
+
+    def sum(self, v: Array) -> Array:
+        """Per-group sums of ``v`` (``[N]`` or ``[N, d]``)."""
+        if self.torch:
+            return v.new_zeros((self.n_groups, *v.shape[1:])).index_add_(0, self.inverse, v)
+        if v.ndim == 1:
+            return np.bincount(self.inverse, weights=v, minlength=self.n_groups)
+        out = np.zeros((self.n_groups, *v.shape[1:]))
+        np.add.at(out, self.inverse, v)
+        return out
+
+    def mean(self, v: Array) -> Array:
+        """Per-group means of ``v``."""
+        return self.sum(v) / self.sizes.reshape(-1, *([1] * (v.ndim - 1)))
+
+    def _extreme(self, v: Array, how: str) -> Array:
+        start = math.inf if how == "min" else -math.inf
+        if self.torch:
+            out = v.new_full((self.n_groups,), start)
+            return out.scatter_reduce_(0, self.inverse, v, "amin" if how == "min" else "amax")
+        out = np.full(self.n_groups, start)
+        (np.minimum if how == "min" else np.maximum).at(out, self.inverse, v)
+        return out
+
+    def min(self, v: Array) -> Array:
+        return self._extreme(v, "min")
+
+    def max(self, v: Array) -> Array:
+        return self._extreme(v, "max")
+
+    def all_equal(self, v: Array) -> Array:
+        """Per group: True where every value of the group is equal (exactly)."""
+        return self.min(v) == self.max(v)
+
+    def expand(self, g: Array, out: Array | None = None) -> Array:
+        """``g[inverse]``: one value per element (written into ``out`` when given)."""
+        if out is None:
+            return g[self.inverse]
+        if self.torch:
+            return torch_module().index_select(g, 0, self.inverse, out=out)
+        return np.take(g, self.inverse, out=out)
+
+    def sum_squares(self, v: Array, scratch: Array | None = None) -> Array:
+        """Per-group ``sum v**2`` (the squares go to ``scratch`` when given)."""
+        if scratch is None:
+            return self.sum(v * v)
+        if self.torch:
+            torch_module().mul(v, v, out=scratch)
+        else:
+            np.multiply(v, v, out=scratch)
+        return self.sum(scratch)
+
+    def restore(self, v: Array) -> Array:
+        if self.batch_shape is None:
+            return v
+        shaped = v.reshape(*self.batch_shape, -1)
+        return shaped.movedim(-1, self.dim) if self.torch else np.moveaxis(shaped, -1, self.dim)
+
+    def per_group(self, g: Array) -> Array:
+        if self.batch_shape is None:
+            return g
+        return g.reshape((*self.batch_shape, *g.shape[1:]))
+
+    def describe(self, group: int) -> str:
+        if self.ids is not None:
+            return _describe_id(self.ids[group])
+        if self.batch_shape:
+            where = np.unravel_index(group, self.batch_shape)
+            return f"group at batch position {tuple(int(w) for w in where)}"
+        return "the group"
+
+    def group_of(self, flat_position: int) -> int:
+        return int(self.inverse[flat_position])
+
+    def caller_position(self, flat_position: int) -> int:
+        return flat_position
+
+
+Layout = Rows | Segments
+Groups = Segments  # the identity's name for a flat layout
+
+
+def _describe_id(gid: Any) -> str:
+    gid = gid.item() if isinstance(gid, np.generic) else gid  # 'a', not np.str_('a')
+    return f"group with index id {gid!r}"
+
+
+def _check_index_length(count: int, n: int) -> None:
+    if count != n:
+        raise ValueError(f"index has {count} entries but rewards has {n}; pass one group id per reward")
+
+
+def _factorize_ints_numpy(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted-order factorisation of integer ids: by counting when their range is small."""
+    lo, hi = a.min(), a.max()
+    span = int(hi) - int(lo) + 1
+    if span <= 4 * a.size + 1024:
+        shifted = (a - lo).astype(np.intp, copy=False)
+        counts = np.bincount(shifted, minlength=span)
+        present = counts > 0
+        rank = np.cumsum(present) - 1
+        ids = (np.flatnonzero(present) + int(lo)).astype(a.dtype)
+        return rank[shifted], counts[present], ids
+    ids, inverse = np.unique(a, return_inverse=True)
+    return inverse.reshape(-1), np.bincount(inverse.reshape(-1), minlength=ids.size), ids
+
+
+def _factorize_ints_torch(a: Any) -> tuple[Any, Any, np.ndarray]:
+    """:func:`_factorize_ints_numpy` on a torch integer tensor, on its device."""
+    torch = torch_module()
+    a = a.to(torch.int64)
+    lo, hi = int(a.min()), int(a.max())
+    span = hi - lo + 1
+    if span <= 4 * a.numel() + 1024:
+        shifted = a - lo
+        counts = torch.bincount(shifted, minlength=span)
+        present = counts > 0
+        rank = torch.cumsum(present, 0) - 1
+        ids = (torch.nonzero(present).reshape(-1) + lo).cpu().numpy()
+        return rank[shifted], counts[present], ids
+    ids_t, inverse = torch.unique(a, sorted=True, return_inverse=True)
+    return inverse, torch.bincount(inverse, minlength=ids_t.numel()), ids_t.cpu().numpy()
+
+
+def _refuse_self_unequal(table: dict[Any, Any], seq: list[Any]) -> None:
+    """Raise for an id that is not equal to itself (NaN): it cannot name a group."""
+    for key in table:
+        try:
+            nan = key != key
+        except Exception:  # an id whose != does not give a bool
+            nan = False
+        if nan is True:
+            pos = next(i for i, v in enumerate(seq) if v is key or v != v)
+            raise ValueError(
+                f"index[{pos}] is {key!r}, which is not equal to itself, so it cannot name a group: "
+                "give those rewards a real group id"
+            )
+
+
+def _factorize_objects(seq: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Factorise hashable ids with a dict: groups are ids equal under ``==`` (``1`` and ``'1'``
+    differ). Group order is sorted order when the ids sort, else first-seen order."""
+    try:
+        table: dict[Any, int] = dict.fromkeys(seq)  # type: ignore[arg-type]
+    except TypeError:
+        for pos, value in enumerate(seq):
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(
+                    f"index[{pos}]={short(value)} is a {type(value).__name__}, which cannot be a "
+                    "group id (not hashable); use ints, strings or tuples as group ids"
+                ) from None
+        raise
+    if None in table:
         raise ValueError(
-            f"dim={dim} is out of range for {name} with shape {tuple(x.shape)}; "
-            f"use {-x.dim()} <= dim < {x.dim()} (the axis that holds each group's responses)"
+            f"index[{seq.index(None)}] is None; every reward needs a group id (a missing uid?): "
+            "fill it in or drop that reward"
         )
-    moved = torch.movedim(x, dim, -1)
-    batch_shape = tuple(moved.shape[:-1])
-    size = moved.shape[-1]
-    n_groups = math.prod(batch_shape)
-    inverse = torch.arange(n_groups, device=x.device).repeat_interleave(size)
-    sizes = torch.full((n_groups,), float(size), dtype=torch.float64, device=x.device)
-    groups = Groups(inverse, sizes, n_groups, None, batch_shape, int(dim) % x.dim())
-    return moved.reshape(-1), groups
+    try:
+        order, comparable = sorted(table), True
+    except TypeError:  # ids of kinds that do not compare (e.g. 1 and 'a'): first-seen order
+        order, comparable = list(table), False
+    if not (comparable and isinstance(order[0], str)):  # sorted strings cannot hold a NaN
+        _refuse_self_unequal(table, seq)
+    table.update(zip(order, range(len(order)), strict=True))
+    if len(seq) == 1:
+        inverse = np.zeros(1, dtype=np.int64)
+    else:  # itemgetter looks all of them up in one C loop (twice as fast as map + fromiter)
+        inverse = np.array(operator.itemgetter(*seq)(table), dtype=np.int64)
+    ids = np.fromiter(order, dtype=object, count=len(order))
+    return inverse, np.bincount(inverse, minlength=len(order)), ids
 
 
-def unflatten_grouped(flat: torch.Tensor, groups: Groups) -> torch.Tensor:
-    """Inverse of :func:`flatten_grouped`."""
-    assert groups.batch_shape is not None
-    shaped = flat.reshape(*groups.batch_shape, -1)
-    return torch.movedim(shaped, -1, groups.dim)
+def factorize(index: Any, n: int, device: Any = None) -> tuple[Array, Array, np.ndarray]:
+    """Group ids of a flat batch of ``n`` as ``(inverse, sizes, ids)``.
 
-
-def factorize(index: Any, n: int, device: torch.device) -> Groups:
-    """Group ids (any hashables, or integers) of a flat batch of ``n`` as segments."""
-    if isinstance(index, torch.Tensor):
-        index = index.detach().cpu().numpy()
-    if isinstance(index, (str, bytes)):
+    ``inverse[i]`` is the group number of reward ``i``; groups are numbered in sorted order
+    of their ids (first-seen order when the ids do not sort, e.g. ``1`` and ``'a'``).
+    Ids are grouped by ``==``: ``1``, ``1.0`` and ``True`` are one group, ``1`` and
+    ``'1'`` two. ``device`` (a torch device) puts ``inverse`` and ``sizes`` there;
+    ``None`` gives numpy. None, NaN and unhashable ids are refused.
+    """
+    if isinstance(index, (str, bytes)) or index is None or isinstance(index, numbers.Number):
         raise TypeError(f"index={index!r} must be a sequence of group ids, one per reward")
+    if is_tensor(index):
+        check_dense_tensor(index, "index")
+        if index.dim() != 1:
+            raise TypeError(
+                f"index has shape {tuple(index.shape)}; pass a one-dimensional array of group ids, "
+                "one per reward"
+            )
+        _check_index_length(index.shape[0], n)
+        torch = torch_module()
+        if device is not None and not index.dtype.is_floating_point and not index.is_complex():
+            inverse, sizes, ids = _factorize_ints_torch(index.detach().to(device))
+            return inverse, sizes.to(torch.float64), ids
+        index = index.detach().cpu().numpy()
     if isinstance(index, np.ndarray):
         if index.ndim != 1:
             raise TypeError(
                 f"index has shape {index.shape}; pass a one-dimensional array of group ids, one per reward"
             )
-        ids = index
+        ids_arr = index
     else:
         try:
-            ids = np.asarray(index)
-        except (ValueError, TypeError):  # e.g. tuples of different lengths
-            ids = None
-        if ids is None or ids.ndim != 1:
-            try:  # e.g. a list of tuples: one hashable id each
-                ids = np.fromiter(index, dtype=object)
-            except TypeError:
-                raise TypeError(
-                    f"index={short(index)} must be a sequence of group ids, one per reward"
-                ) from None
-    if ids.shape[0] != n:
+            seq = list(index)
+        except TypeError:
+            raise TypeError(f"index={short(index)} must be a sequence of group ids, one per reward") from None
+        _check_index_length(len(seq), n)
+        if seq and isinstance(seq[0], (str, bytes, tuple)):  # not numbers: by == through a dict
+            return _on_device(*_factorize_objects(seq), device)
+        kinds = set(map(type, seq))
+        if kinds <= {int, np.int64, np.int32}:
+            try:
+                ids_arr = np.array(seq, dtype=np.int64)
+            except OverflowError:
+                ids_arr = np.fromiter(seq, dtype=object, count=len(seq))
+        elif kinds <= {float, int, np.float64}:
+            ids_arr = np.array(seq, dtype=np.float64)
+        else:
+            return _on_device(*_factorize_objects(seq), device)
+    _check_index_length(ids_arr.shape[0], n)
+    kind = ids_arr.dtype.kind
+    if kind in "iub":
+        inverse, sizes, ids = _factorize_ints_numpy(ids_arr.astype(np.uint8) if kind == "b" else ids_arr)
+    elif kind == "f":
+        nan = np.isnan(ids_arr)
+        if nan.any():
+            raise ValueError(
+                f"index[{int(np.flatnonzero(nan)[0])}] is NaN; NaN is not equal to itself, so it "
+                "cannot name a group: give those rewards a real group id"
+            )
+        ids, inverse = np.unique(ids_arr, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        sizes = np.bincount(inverse, minlength=ids.size)
+    else:  # strings, bytes and Python objects: by ==, through a dict
+        inverse, sizes, ids = _factorize_objects(ids_arr.tolist())
+    return _on_device(inverse, sizes, ids, device)
+
+
+def _on_device(
+    inverse: np.ndarray, sizes: np.ndarray, ids: np.ndarray, device: Any
+) -> tuple[Array, Array, np.ndarray]:
+    """``(inverse, sizes as float64, ids)``, the first two moved to torch ``device`` if given."""
+    if device is None:
+        return inverse.astype(np.int64, copy=False), sizes.astype(np.float64), ids
+    torch = torch_module()
+    inverse_t = torch.from_numpy(inverse.astype(np.int64, copy=False)).to(device)
+    return inverse_t, torch.from_numpy(sizes.astype(np.float64)).to(device), ids
+
+
+def _grouped_rows(x: Array, dim: Any, name: str) -> tuple[Array, Rows]:
+    """Rows along ``dim`` of ``x`` as groups: the ``[G, B]`` float64 values (a new array) and
+    the layout."""
+    ndim = x.ndim
+    if ndim == 0:
+        raise ValueError(f"{name} is a scalar; pass a [..., G] array of rewards (one group per row)")
+    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+        raise TypeError(f"dim={dim!r} must be an int")
+    if not -ndim <= dim < ndim:
         raise ValueError(
-            f"index has {ids.shape[0]} entries but rewards has {n}; pass one group id per reward"
+            f"dim={dim} is out of range for {name} with shape {tuple(x.shape)}; "
+            f"use {-ndim} <= dim < {ndim} (the axis that holds each group's responses)"
         )
-    if ids.dtype.kind == "f" and np.isnan(ids).any():
-        raise ValueError("index contains NaN; group ids must be comparable values")
-    try:
-        unique, inverse = np.unique(ids, return_inverse=True)
-    except TypeError:  # ids that hash but do not sort: factorize through a dict
-        table: dict[Any, int] = {}
-        inverse = np.fromiter(
-            (table.setdefault(v, len(table)) for v in ids.tolist()), dtype=np.int64, count=n
-        )
-        unique = np.empty(len(table), dtype=object)
-        unique[:] = list(table)
-    inverse_t = torch.as_tensor(inverse.reshape(-1), dtype=torch.int64, device=device)
-    sizes = torch.bincount(inverse_t, minlength=len(unique)).to(torch.float64)
-    return Groups(inverse_t, sizes, len(unique), unique, None, 0)
+    axis = int(dim) % ndim
+    size = int(x.shape[axis])
+    batch_shape = tuple(int(n) for i, n in enumerate(x.shape) if i != axis)
+    n_groups = math.prod(batch_shape)
+    return _columns(x.reshape(-1, size) if axis == ndim - 1 else x, axis, size, n_groups), Rows(
+        n_groups, size, _full(x, n_groups, float(size)), batch_shape, axis, ndim
+    )
 
 
-def layout(x: torch.Tensor, index: Any, dim: int, name: str) -> tuple[torch.Tensor, Groups]:
-    """Flatten ``x`` into segments for either layout."""
-    if x.numel() == 0:
+def _full(like: Array, n: int, value: float) -> Array:
+    if is_tensor(like):
+        return like.new_full((n,), value, dtype=torch_module().float64)
+    return np.full(n, value)
+
+
+def _columns(x: Array, axis: int, size: int, n_groups: int) -> Array:
+    """A new contiguous float64 ``[G, B]`` array of the groups along ``axis`` of ``x``: the
+    transpose and the dtype conversion in one copy."""
+    if x.ndim == 2 and axis != 0:
+        moved = x.T if not is_tensor(x) else x.t()
+    else:
+        moved = x.movedim(axis, 0) if is_tensor(x) else np.moveaxis(x, axis, 0)
+    if is_tensor(x):
+        torch = torch_module()
+        out = torch.empty(tuple(moved.shape), dtype=torch.float64, device=x.device)
+        out.copy_(moved)
+        return out.reshape(size, n_groups)
+    return np.array(moved, dtype=np.float64, order="C").reshape(size, n_groups)
+
+
+def arrange(x: Array, index: Any, dim: Any, name: str) -> tuple[Array, Layout]:
+    """``x`` (real numbers, numpy or torch) as the float64 values the statistics run on, and
+    its layout (the row layout's values are a new array; the index layout's may be ``x``).
+
+    Without ``index``: :class:`Rows` along ``dim``. With ``index``: :class:`Rows` when the
+    ids come in contiguous runs of one length (``[a, a, b, b, ...]``), else :class:`Segments`.
+    """
+    if x.size == 0 if isinstance(x, np.ndarray) else x.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); pass at least one group")
     if index is None:
-        return flatten_grouped(x, dim, name)
-    if x.dim() != 1:
+        return _grouped_rows(x, dim, name)
+    if x.ndim != 1:
         raise ValueError(
             f"{name} has shape {tuple(x.shape)} but index= is given; the index layout takes "
             f"a flat [N] {name} (or drop index= to group along dim)"
         )
-    return x, factorize(index, x.shape[0], x.device)
-
-
-def restore(flat: torch.Tensor, groups: Groups) -> torch.Tensor:
-    """Put a flat per-element result back in the caller's layout."""
-    if groups.ids is None:
-        return unflatten_grouped(flat, groups)
-    return flat
-
-
-def per_group(values: torch.Tensor, groups: Groups) -> torch.Tensor:
-    """Reshape a per-group ``[n_groups, ...]`` result to ``[..., ...]`` for the grouped layout."""
-    if groups.ids is None:
-        return values.reshape((*groups.batch_shape, *values.shape[1:]))  # type: ignore[misc]
-    return values
-
-
-def check_finite(x: torch.Tensor, groups: Groups, name: str) -> None:
-    """Raise naming the first group that holds a NaN or an infinity."""
-    bad = ~torch.isfinite(x)
-    if bool(bad.any()):
-        pos = int(torch.nonzero(bad)[0, 0])
-        group = int(groups.inverse[pos])
-        value = float(x[pos])
+    if isinstance(dim, bool) or dim not in (-1, 0):
         raise ValueError(
-            f"{name} contains {value} in {groups.describe(group)} (flat position {pos}); "
+            f"dim={dim!r} has no effect with index=: the index layout groups a flat [N] {name} "
+            "by its ids; drop dim= (or drop index= to group along dim)"
+        )
+    n = int(x.shape[0])
+    inverse, sizes, ids = factorize(index, n, x.device if is_tensor(x) else None)
+    x = x.to(torch_module().float64) if is_tensor(x) else np.asarray(x, dtype=np.float64)
+    n_groups = len(ids)
+    size = n // n_groups
+    if size * n_groups == n:
+        runs = inverse.reshape(n_groups, size)
+        if bool((runs == runs[:, :1]).all()):  # contiguous runs of one length: rows
+            rows = Rows(n_groups, size, sizes, (n_groups,), 0, 1, runs[:, 0], ids, inverse)
+            return _columns(x.reshape(n_groups, size), 1, size, n_groups), rows
+    return x, Segments(inverse, sizes, n_groups, ids)
+
+
+def layout(x: Any, index: Any, dim: Any, name: str) -> tuple[Any, Segments]:
+    """The identity's layout: a flat torch float64 ``x`` and :class:`Segments` (either layout)."""
+    torch = torch_module()
+    if x.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); pass at least one group")
+    values, lay = arrange(x, index, dim, name)
+    if isinstance(lay, Segments):
+        return values, lay
+    flat = values.t().reshape(-1)  # back to [B, G] order: group b holds flat[b*G:(b+1)*G]
+    if lay.inverse is not None:
+        return flat, Segments(lay.inverse, lay.sizes, lay.n_groups, lay.ids)
+    inverse = torch.arange(lay.n_groups, device=x.device).repeat_interleave(lay.size)
+    return flat, Segments(inverse, lay.sizes, lay.n_groups, None, lay.batch_shape, lay.dim)
+
+
+def check_finite(values: Array, groups: Layout, name: str) -> None:
+    """Raise naming the first group that holds a NaN or an infinity."""
+    finite = values.isfinite() if is_tensor(values) else np.isfinite(values)
+    if not bool(finite.all()):
+        bad = ~finite.reshape(-1)
+        pos = int(bad.nonzero()[0][0]) if not is_tensor(bad) else int(bad.nonzero()[0, 0])
+        value = float(values.reshape(-1)[pos])
+        where = groups.describe(groups.group_of(pos))
+        raise ValueError(
+            f"{name} contains {value} in {where} (flat position {groups.caller_position(pos)}); "
             "every reward must be finite: fix or drop that group before computing advantages"
         )
 
 
-def check_binary(x: torch.Tensor, groups: Groups, name: str, hint: str) -> None:
+def check_binary(x: Array, groups: Layout, name: str, hint: str) -> None:
     """Raise unless every value is 0 or 1."""
-    bad = (x != 0) & (x != 1)
+    bad = ((x != 0) & (x != 1)).reshape(-1)
     if bool(bad.any()):
-        pos = int(torch.nonzero(bad)[0, 0])
-        group = int(groups.inverse[pos])
+        pos = int(bad.nonzero()[0][0]) if not is_tensor(bad) else int(bad.nonzero()[0, 0])
+        group = groups.group_of(pos)
         raise ValueError(
-            f"{name} must be binary (0 or 1) but holds {float(x[pos])!r} in {groups.describe(group)}; {hint}"
+            f"{name} must be binary (0 or 1) but holds {float(x.reshape(-1)[pos])!r} in "
+            f"{groups.describe(group)}; {hint}"
         )
 
 
@@ -259,7 +676,7 @@ class Returner:
     """Gives a numpy result back as the caller's kind: Python scalar, numpy or torch."""
 
     kind: str  # "scalar", "numpy" or "torch"
-    device: torch.device | None = None
+    device: Any = None
     dtype: Any = None
 
     def __call__(self, result: np.ndarray, *, integer: bool = False) -> Any:
@@ -267,6 +684,7 @@ class Returner:
         if self.kind == "scalar" and result.ndim == 0:
             return int(result) if integer else float(result)
         if self.kind == "torch":
+            torch = torch_module()
             dtype = (
                 torch.int64 if integer else (self.dtype if self.dtype.is_floating_point else torch.float64)
             )
@@ -276,11 +694,10 @@ class Returner:
 
 def numeric(values: Any, name: str) -> tuple[np.ndarray, Returner]:
     """``values`` (a number, sequence, numpy array or torch tensor) as float64 numpy."""
-    if isinstance(values, torch.Tensor):
-        if values.is_complex():
-            raise TypeError(f"{name} has dtype {values.dtype}; pass real numbers")
+    if is_tensor(values):
+        check_dense_tensor(values, name)
         back = Returner("torch", values.device, values.dtype)
-        return values.detach().cpu().to(torch.float64).numpy(), back
+        return values.detach().cpu().double().numpy(), back
     if isinstance(values, (str, bytes)) or values is None:
         raise TypeError(f"{name}={values!r} must be a number or an array of numbers")
     kind = "scalar" if isinstance(values, numbers.Number) else "numpy"
@@ -339,3 +756,8 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
             "fidelity, e.g. 0.05 for 95%"
         )
     return value
+
+
+def per_group(values: Array, groups: Layout) -> Array:
+    """A per-group ``[n_groups, ...]`` result in the caller's per-group shape."""
+    return groups.per_group(values)

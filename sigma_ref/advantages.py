@@ -1,120 +1,527 @@
-"""Group-relative advantages: GRPO, Dr. GRPO, RLOO, and DAPO's keep mask.
+"""Group statistics and group-relative advantages: GRPO, Dr. GRPO, RLOO, DAPO's keep mask.
 
-All four take rewards in either layout:
+All functions take rewards in either layout:
 
 * ``[..., G]``: one group per row along ``dim`` (default the last axis);
 * flat ``[N]`` with ``index=``: one group id per reward (any hashables or integers),
   groups ragged and interleaved, as verl's ``uid``.
 
 They accept numpy arrays and torch tensors (CPU or CUDA; float64, float32, float16,
-bfloat16, integer or bool), compute in float64, and return the caller's type, device
-and floating dtype (float64 for integer or bool rewards). The input is never mutated
-and the output never requires grad.
+bfloat16, integer or bool), compute in float64 in the caller's library (numpy input
+never imports torch), and return the caller's type, device and floating dtype
+(float64 for integer or bool rewards). The input is never mutated and the output
+never requires grad.
+
+Accuracy. Every statistic is computed once, by :func:`group_statistics`'s kernel, so
+that it is right for every finite input:
+
+* each group is shifted by its own maximum, so a group whose rewards are all equal is
+  exactly zero (silent detection is exact: ``min == max``); a group whose largest
+  ``|R|`` is outside ``[2**-400, 2**400]`` is first scaled by a power of two (exact) so
+  that it lies in ``[1/2, 1)``: no sum overflows and no square overflows or underflows;
+* the mean is taken in two passes (the second removes the rounding error of the first),
+  so the centred values sum to zero within rounding (``[1e16, 1e16 + 2, 1e16, 1e16]``
+  centres to ``[-0.5, 1.5, -0.5, -0.5]`` exactly);
+* sums run left to right over the ``G`` members (pairwise beyond ``G = 64``), in the same
+  order for numpy and torch, and square roots are correctly rounded, so both libraries
+  give bit-identical float64 results.
+
+Bound: ``|A_i - A_i*| <= ~(G + 4) u max_j |A_j|`` with ``u = 2**-53`` (relative to the
+group's largest advantage), which the tests check against 60-digit arithmetic. A result
+that does not fit in float64 (``|R_i - mu| > 1.8e308`` for Dr. GRPO or RLOO) raises
+``ValueError`` instead of returning ``inf``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
-import torch
+import numpy as np
 
 from . import _arrays
-from ._arrays import Array, Groups
+from ._arrays import Array, Layout, is_tensor
 from .conventions import DR_GRPO, PAPER, Convention, get_convention
 
-__all__ = ["grpo_advantage", "dr_grpo_advantage", "rloo_advantage", "dapo_keep_mask"]
+__all__ = [
+    "group_statistics",
+    "GroupStatistics",
+    "grpo_advantage",
+    "dr_grpo_advantage",
+    "rloo_advantage",
+    "dapo_keep_mask",
+]
+
+_MAX_EXP = 1023  # 2**1023 is the largest power of two in float64
+_MIN_EXP = -1022  # 2**-1022 the smallest normal one
+_SAFE = 2.0**400  # groups with 2**-400 <= max|R| <= 2**400 need no scaling
+
+
+def _quiet(func: Any) -> Any:
+    """Run ``func`` with numpy's floating-point warnings off: overflow and 0/0 are handled
+    explicitly here (scaled, masked, or raised as a named ValueError)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _xp(v: Array) -> Any:
+    return _arrays.torch_module() if is_tensor(v) else np
+
+
+def _pow2(e: Array) -> Array:
+    """``2.0**e`` as float64 for integer ``e`` in ``[-1022, 1023]``."""
+    if is_tensor(e):  # from the bits (torch.ldexp goes through pow, which may round)
+        torch = _arrays.torch_module()
+        return ((e.to(torch.int64) + 1023) << 52).view(torch.float64)
+    return np.ldexp(1.0, e)
+
+
+def _sqrt(v: Array) -> Array:
+    """Correctly rounded square root (torch's CPU float64 sqrt can be 1 ulp off; numpy's is not)."""
+    if is_tensor(v):
+        if v.device.type == "cpu":
+            return _arrays.torch_module().from_numpy(np.sqrt(v.contiguous().numpy()))
+        return v.sqrt()
+    return np.sqrt(v)
+
+
+def _int64(e: Array) -> Array:
+    return e.to(_arrays.torch_module().int64) if is_tensor(e) else e.astype(np.int64)
+
+
+def _clip(e: Array, lo: int, hi: int) -> Array:
+    return e.clamp(lo, hi) if is_tensor(e) else np.clip(e, lo, hi)
+
+
+def _times_pow2(v: Array, e: Array) -> Array:
+    """``v * 2**e`` exactly (up to overflow and underflow) for any integer ``e`` of a float64."""
+    first = _clip(e, _MIN_EXP, _MAX_EXP)
+    out = v * _pow2(first)
+    rest = e - first
+    if bool((rest != 0).any()):
+        out = out * _pow2(_clip(rest, _MIN_EXP, _MAX_EXP))
+    return out
+
+
+def _where(cond: Array, a: Any, b: Any) -> Array:
+    if is_tensor(cond):
+        torch = _arrays.torch_module()
+        return torch.where(cond, a, b)
+    return np.where(cond, a, b)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kernel:
+    """The statistics of every group, scaled: what :func:`group_statistics` reports.
+
+    ``centered[i] = (R_i - mu) * 2**-exponent`` per element (layout's value shape);
+    per group: ``exponent`` (the group was scaled by ``2**-exponent``), ``mean`` in
+    scaled units, ``squares = sum (scaled centred)**2``, ``silent``, ``singleton``, ``size``.
+    """
+
+    layout: Layout
+    values: Array
+    centered: Array
+    exponent: Array
+    mean: Array
+    squares: Array
+    silent: Array
+    singleton: Array
+    size: Array
+    scratch: Array | None
+    unscaled: bool  # exponent == 0 for every group (the common case: no scaling work)
+
+
+def _centre(values: Array, lay: Layout, *, owned: bool = False) -> _Kernel:
+    """Scale each group by a power of two, shift it by its maximum, centre it in two passes.
+
+    ``owned``: ``values`` is a scratch copy the kernel may overwrite (the row layout's
+    ``[G, B]`` copy), so the whole computation runs in place in one buffer.
+    """
+    xp = _xp(values)
+    lo, hi = lay.min(values), lay.max(values)  # NaN and inf show up here: no extra pass
+    if not bool((xp.isfinite(lo) & xp.isfinite(hi)).all()):
+        _arrays.check_finite(values, lay, "rewards")
+    silent = lo == hi
+    top = xp.maximum(abs(lo), abs(hi))
+    scratch = None if isinstance(lay, _arrays.Rows) else xp.empty_like(values)
+    owned = owned and isinstance(lay, _arrays.Rows) and lay.size > 1
+    if bool((top <= _SAFE).all()) and bool(((top >= 1 / _SAFE) | silent).all()):
+        # every non-silent group has 2**-400 <= max|R| <= 2**400: no square can overflow or
+        # underflow (a non-silent group has a centred value >= ulp(max|R|) / 4), so no scaling
+        exponent = _int64(0 * lo)
+        if owned:
+            shifted = values
+            shifted -= lay.expand(hi, scratch)
+        else:
+            shifted = values - lay.expand(hi, scratch)
+        return _finish_centring(values, lay, shifted, hi, exponent, silent, scratch, owned, unscaled=True)
+    _, exponent = xp.frexp(top)  # max|R| < 2**exponent, 0 for zeros
+    exponent = _int64(exponent)
+    first = _clip(-exponent, _MIN_EXP, _MAX_EXP)
+    scale = _pow2(first)
+    extra = -exponent - first  # non-zero only for groups with max|R| < 2**-1022
+    ref = hi * scale
+    if owned:
+        shifted = values
+        shifted *= lay.expand(scale, scratch)
+    else:
+        shifted = values * lay.expand(scale, scratch)
+    if bool((extra != 0).any()):
+        more = _pow2(extra)
+        ref = ref * more
+        shifted *= lay.expand(more, scratch)
+    shifted -= lay.expand(ref, scratch)  # in [-2, 0]; exactly 0 where R_i is the group's maximum
+    return _finish_centring(values, lay, shifted, ref, exponent, silent, scratch, owned, unscaled=False)
+
+
+def _finish_centring(
+    values: Array,
+    lay: Layout,
+    shifted: Array,
+    ref: Array,
+    exponent: Array,
+    silent: Array,
+    scratch: Array | None,
+    owned: bool,
+    *,
+    unscaled: bool,
+) -> _Kernel:
+    """The two-pass centring of ``shifted = R * 2**-exponent - ref`` and its sum of squares."""
+    size = lay.sizes
+    first_mean = lay.sum(shifted) / size
+    shifted -= lay.expand(first_mean, scratch)
+    correction = lay.sum(shifted) / size
+    shifted -= lay.expand(correction, scratch)
+    squares = lay.sum_squares(shifted, scratch)
+    mean = ref + (first_mean + correction)
+    kept = None if owned else values
+    return _Kernel(lay, kept, shifted, exponent, mean, squares, silent, size == 1, size, scratch, unscaled)
+
+
+def _eps_weight(
+    std: Array, exponent: Array, group_exponent: Array, conv: Convention
+) -> tuple[Array, Array, Array]:
+    """``d = std * 2**exponent (+ or max) eps`` in original units, and the same ``d`` in the
+    group's units ``2**group_exponent`` as ``(den, shift)``: ``d / 2**group_exponent = den * 2**shift``.
+
+    ``std`` is in units of ``2**exponent``. Advantages are ``centered / (den * 2**shift)``
+    (see :func:`_apply`), so neither ``d`` nor its reciprocal need to fit in float64.
+    """
+    xp = _xp(std)
+    std_original = _times_pow2(std, exponent)
+    eps = conv.eps
+    eps_scaled = _times_pow2(xp.zeros_like(std) + eps, -exponent)
+    if conv.eps_placement == "add":
+        divisor = std_original + eps
+        scaled = std + eps_scaled
+    else:
+        divisor = xp.maximum(std_original, xp.zeros_like(std_original) + eps)
+        scaled = xp.maximum(std, eps_scaled)
+    positive = scaled > 0
+    fraction, power = xp.frexp(scaled)  # scaled = fraction * 2**power, fraction in [1/2, 1)
+    den = _where(positive, fraction, xp.ones_like(fraction))  # 0/0 = 0: centred values are 0 there
+    shift = _where(positive, _int64(power) + exponent - group_exponent, 0 * exponent)
+    if eps > 0:  # eps * 2**-exponent overflowed: d is eps to within 1e-300 relative
+        huge = xp.isinf(eps_scaled)
+        if bool(huge.any()):
+            den = _where(huge, xp.zeros_like(std) + eps, den)
+            shift = _where(huge, -group_exponent, shift)
+    return divisor, den, shift
+
+
+def _fold(den: Array, shift: Array) -> tuple[Array, Array]:
+    """``(den * 2**shift, 0)`` where that is safely in range, else ``(den, shift)`` unchanged."""
+    small = abs(shift) <= 900
+    folded = _where(small, _times_pow2(den, _where(small, shift, 0 * shift)), den)
+    return folded, _where(small, 0 * shift, shift)
+
+
+def _apply(kernel: _Kernel, centered: Array, den: Array, shift: Array | None) -> Array:
+    """``centered / (den * 2**shift)`` per element, in place on ``centered``: one division
+    unless some shift is extreme; a value that overflows float64 raises."""
+    lay = kernel.layout
+    if shift is None:  # unscaled: |centered| <= 2**401 and d >= 2**-460, nothing can overflow
+        centered /= lay.expand(den, kernel.scratch)
+        return centered
+    den, shift = _fold(den, shift)
+    centered /= lay.expand(den, kernel.scratch)
+    if bool((shift != 0).any()):
+        centered = _times_pow2(centered, -lay.expand(shift))
+    # |centered| <= 2 before the division: only a group with a tiny divisor can overflow
+    if bool(((shift < 0) | (den < 2.0**-1000)).any()):
+        return _finite_or_raise(centered, kernel, "advantages")
+    return centered
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scaled:
+    """A kernel with the divisor under a convention: ``A = centered * weight`` per group."""
+
+    kernel: _Kernel
+    divisor: Array  # per group, original units (inf where it does not fit in float64)
+    den: Array  # per group: d / 2**exponent = den * 2**shift
+    shift: Array | None  # None: all zero (an unscaled kernel)
+    convention: Convention
+
+    @property
+    def sigma(self) -> Array:
+        """Population std per group, original units."""
+        k = self.kernel
+        return _times_pow2(_sqrt(k.squares / k.size), k.exponent)
+
+    def centered_original(self) -> Array:
+        """``R_i - mu`` per element, original units (inf where it does not fit)."""
+        k = self.kernel
+        return _times_pow2(k.centered, k.layout.expand(k.exponent))
+
+    def advantages(self) -> Array:
+        """``A_i = (R_i - mu) / d`` per element, in the layout's value shape (computed in the
+        kernel's buffer: call once)."""
+        k = self.kernel
+        centered = k.centered
+        if self.convention.singleton == "unit_std" and bool(k.singleton.any()):  # A = R / d there
+            lay = k.layout
+            own = _times_pow2(k.values, -lay.expand(k.exponent))
+            centered = _where(lay.expand(k.singleton), own, centered)
+        return _apply(k, centered, self.den, self.shift)
+
+
+@_quiet
+def _statistics(values: Array, lay: Layout, conv: Convention, *, owned: bool = False) -> _Scaled:
+    """The one computation behind :func:`group_statistics` and the advantages."""
+    xp = _xp(values)
+    whole = None
+    if conv.scale == "batch":  # before the groups' kernel, which may overwrite `values`
+        n = int(np.prod(values.shape))
+        if n - conv.ddof < 1:
+            raise ValueError(
+                f"rewards has {n} element(s): a batch std with ddof={conv.ddof} "
+                "needs at least 2; use scale='group' or more rewards"
+            )
+        one = xp.ones(1, dtype=values.dtype) if not is_tensor(values) else values.new_ones(1)
+        whole = _centre(values.reshape(-1, 1), _arrays.Rows(1, n, one * n, (), 0, 1))
+    kernel = _centre(values, lay, owned=owned)
+    singleton = kernel.singleton
+    if conv.singleton == "error" and bool(singleton.any()):
+        group = int(xp.nonzero(singleton)[0][0])
+        raise ValueError(
+            f"rewards has a group of size 1 ({lay.describe(group)}); GRPO needs "
+            f"G >= 2 responses per prompt under convention {conv.name!r}. Sample "
+            "more responses, drop the group, or use a convention with singleton='zero' "
+            "or 'unit_std'"
+        )
+    exponent = kernel.exponent
+    if kernel.unscaled and (whole is None or whole.unscaled):
+        return _unscaled_statistics(kernel, whole, conv)
+    if conv.scale == "none":
+        divisor = xp.ones_like(kernel.squares)
+        den, shift = xp.ones_like(divisor), -exponent
+    elif conv.scale == "group":
+        dof = kernel.size - conv.ddof
+        std = _sqrt(kernel.squares / _where(dof >= 1, dof, xp.ones_like(dof)))
+        divisor, den, shift = _eps_weight(std, exponent, exponent, conv)
+    else:
+        assert whole is not None
+        std = _sqrt(whole.squares / (n - conv.ddof))
+        batch_exponent = whole.exponent + xp.zeros_like(exponent)
+        divisor, den, shift = _eps_weight(std + xp.zeros_like(kernel.squares), batch_exponent, exponent, conv)
+    if bool(singleton.any()):
+        if conv.singleton == "zero":
+            den = _where(singleton, xp.ones_like(den), den)  # its centred value is 0
+            shift = _where(singleton, 0 * shift, shift)
+            divisor = _where(singleton, xp.ones_like(divisor), divisor)
+        else:  # "unit_std": mean 0 and std 1, so A = R / (1 + eps)
+            unit = conv.replace(scale="group") if conv.scale == "batch" else conv
+            one = xp.ones_like(divisor)
+            if unit.scale == "none":
+                d_one, w_one, s_one = one, one, -exponent
+            else:
+                d_one, w_one, s_one = _eps_weight(one, 0 * exponent, exponent, unit)
+            den = _where(singleton, w_one, den)
+            shift = _where(singleton, s_one, shift)
+            divisor = _where(singleton, d_one, divisor)
+    return _Scaled(kernel, divisor, den, shift, conv)
+
+
+def _plain_eps(std: Array, conv: Convention) -> Array:
+    if conv.eps_placement == "add":
+        return std + conv.eps
+    return std.clamp(min=conv.eps) if is_tensor(std) else np.maximum(std, conv.eps)
+
+
+def _unscaled_statistics(kernel: _Kernel, whole: _Kernel | None, conv: Convention) -> _Scaled:
+    """:func:`_statistics` when no group needed scaling: ``d`` directly, one division later."""
+    xp = _xp(kernel.squares)
+    singleton = kernel.singleton
+    if conv.scale == "none":
+        divisor = xp.ones_like(kernel.squares)
+    elif conv.scale == "group":
+        dof = kernel.size - conv.ddof
+        divisor = _plain_eps(_sqrt(kernel.squares / _where(dof >= 1, dof, xp.ones_like(dof))), conv)
+    else:
+        assert whole is not None
+        n = int(whole.size[0])
+        batch = _plain_eps(_sqrt(whole.squares / (n - conv.ddof)), conv)
+        divisor = batch + xp.zeros_like(kernel.squares)
+    if bool(singleton.any()):
+        if conv.singleton == "zero":
+            divisor = _where(singleton, xp.ones_like(divisor), divisor)  # its centred value is 0
+        else:  # "unit_std": mean 0 and std 1, so A = R / (1 + eps)
+            one = xp.ones_like(divisor)
+            d_one = one if conv.scale == "none" else _plain_eps(one, conv)
+            divisor = _where(singleton, d_one, divisor)
+    den = _where(divisor > 0, divisor, xp.ones_like(divisor))  # 0/0 = 0: silent, eps = 0
+    return _Scaled(kernel, divisor, den, None, conv)
+
+
+def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
+    """``result``, or a ValueError naming the first group whose value overflows float64."""
+    finite = result.isfinite() if is_tensor(result) else np.isfinite(result)
+    if bool(finite.all()):
+        return result
+    pos = int(_xp(finite).nonzero(~finite.reshape(-1))[0][0])
+    lay = kernel.layout
+    raise ValueError(
+        f"the {what} of {lay.describe(lay.group_of(pos))} do not fit in float64 (|value| > "
+        "1.8e308): the rewards' spread is too large. Rescale the rewards (GRPO is invariant "
+        "to a positive scale; Dr. GRPO and RLOO scale with it)"
+    )
+
+
+def _prepare(rewards: Any, index: Any, dim: Any) -> tuple[Array, Layout, _arrays.Backend]:
+    x, backend = _arrays.as_float64(rewards, "rewards", library="auto", copy=False, convert=False)
+    values, lay = _arrays.arrange(x, index, dim, "rewards")
+    return values, lay, backend
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupStatistics:
-    """Per-group quantities shared by the advantages and the identity.
+    """Per-group statistics of a batch of rewards under a convention.
 
-    ``centered``: ``R_i - mu`` per element (exactly 0 in silent and singleton-zero
-    groups); ``divisor``: ``d`` per group; ``sigma``: population std per group;
-    ``silent``: all rewards of the group equal; ``singleton``: group of one.
+    Per group (arrays shaped ``[...]`` for ``[..., G]`` rewards, ``[n_groups]`` with
+    ``index=``; the caller's library and device):
+
+    * ``size``: ``G``, the number of rewards (int64);
+    * ``k``: ``sum_i R_i`` (the number of correct responses for binary rewards; float64);
+    * ``mean``: ``mu = k / G``;
+    * ``sigma``: the population std ``sqrt(sum_i (R_i - mu)**2 / G)``;
+    * ``divisor``: ``d`` under ``convention`` (``std_ddof + eps`` or ``max(std_ddof, eps)``
+      over the group or the whole batch, 1 for ``scale="none"``; a singleton group gets
+      1 under ``singleton="zero"``, ``1 + eps`` under ``"unit_std"``);
+    * ``silent``: all rewards of the group are equal (exactly: ``min == max``);
+    * ``singleton``: ``G == 1``.
+
+    With ``index=``: ``ids`` holds the group ids in group order (sorted order when the
+    ids sort, else first-seen order) and ``inverse[i]`` the group number of reward ``i``;
+    both are ``None`` for ``[..., G]`` rewards. :meth:`expand` broadcasts a per-group
+    array back to the rewards' layout in either case.
     """
 
-    centered: torch.Tensor
-    divisor: torch.Tensor
-    sigma: torch.Tensor
-    silent: torch.Tensor
-    singleton: torch.Tensor
+    size: Array
+    k: Array
+    mean: Array
+    sigma: Array
+    divisor: Array
+    silent: Array
+    singleton: Array
+    ids: np.ndarray | None
+    inverse: Array | None
+    convention: Convention
+    _layout: Layout = dataclasses.field(repr=False, compare=False)
+    _backend: _arrays.Backend = dataclasses.field(repr=False, compare=False)
+
+    def expand(self, per_group: Array) -> Array:
+        """A per-group array (shaped like ``self.mean``) as one value per reward, shaped like
+        the rewards: ``expand(v)[..., i] = v[...]``, or ``expand(v)[i] = v[inverse[i]]``.
+
+        >>> import numpy as np
+        >>> stats = group_statistics(np.array([1.0, 0.0, 3.0, 5.0]), index=[7, 7, 9, 9])
+        >>> stats.expand(stats.mean)
+        array([0.5, 0.5, 4. , 4. ])
+        """
+        lay = self._layout
+        if lay.ids is not None:
+            inverse = self.inverse
+            if is_tensor(inverse) and not is_tensor(per_group):
+                inverse = inverse.cpu().numpy()
+            return per_group[inverse]
+        moved = per_group[..., None]
+        shape = (*moved.shape[:-1], lay.size)
+        out = moved.expand(shape) if is_tensor(moved) else np.broadcast_to(moved, shape)
+        if lay.dim == lay.ndim - 1:
+            return out
+        return out.movedim(-1, lay.dim) if is_tensor(out) else np.moveaxis(out, -1, lay.dim)
 
 
-def _apply_eps(std: torch.Tensor, convention: Convention) -> torch.Tensor:
-    if convention.eps_placement == "add":
-        return std + convention.eps
-    return torch.clamp(std, min=convention.eps)
+@_quiet
+def group_statistics(
+    rewards: Array, *, convention: Convention | str = "paper", index: Any = None, dim: int = -1
+) -> GroupStatistics:
+    """Each group's size ``G``, ``k = sum R``, mean ``mu``, std ``sigma`` and divisor ``d``.
 
+    ``mu = k / G``, ``sigma = sqrt(sum_i (R_i - mu)**2 / G)`` (population), and ``d`` the
+    divisor of GRPO's ``A_i = (R_i - mu) / d`` under ``convention``; for binary rewards
+    ``sigma = sqrt(k (G - k)) / G``. These are the numbers every advantage function of
+    ``sigma_ref`` uses (one computation; see the module's accuracy note). A statistic
+    that does not fit in float64 raises ``ValueError``.
 
-def group_statistics(flat: torch.Tensor, groups: Groups, convention: Convention) -> GroupStatistics:
-    """Mean-centred rewards and the divisor ``d`` of each group under ``convention``.
-
-    ``d`` is ``std_ddof`` of the group (or of the batch) with ``eps`` added or used as a
-    floor, or 1 for ``scale="none"``; singleton groups follow ``convention.singleton``.
+    >>> import numpy as np
+    >>> stats = group_statistics(np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]))
+    >>> stats.k, stats.sigma, stats.divisor, stats.silent
+    (array([1., 4.]), array([0.4330127, 0.       ]), array([0.4330127, 0.       ]), array([False,  True]))
+    >>> group_statistics(np.array([1.0, 0.0, 0.0, 1.0]), convention="trl", index=["b", "a", "a", "b"]).ids
+    array(['a', 'b'], dtype=object)
     """
-    sizes = groups.sizes
-    silent = groups.all_equal(flat)
-    centered = flat - groups.mean(flat)[groups.inverse]
-    centered = torch.where(silent[groups.inverse], torch.zeros_like(centered), centered)
-    squares = groups.sum(centered * centered)
-    sigma = torch.sqrt(squares / sizes)
-    singleton = sizes == 1
-
-    if convention.scale == "none":
-        divisor = torch.ones_like(sigma)
-    elif convention.scale == "group":
-        dof = torch.clamp(sizes - convention.ddof, min=1)  # singletons are replaced below
-        divisor = _apply_eps(torch.sqrt(squares / dof), convention)
-    else:
-        n = flat.shape[0]
-        if n - convention.ddof < 1:
+    conv = get_convention(convention)
+    values, lay, backend = _prepare(rewards, index, dim)
+    k = lay.sum(values)
+    scaled = _statistics(values, lay, conv, owned=True)
+    kern = scaled.kernel
+    xp = _xp(k)
+    std = scaled.sigma
+    mean = _times_pow2(kern.mean, kern.exponent)
+    k = _where(xp.isfinite(k), k, _times_pow2(kern.size * kern.mean, kern.exponent))
+    for name, value in (("k = sum(R)", k), ("sigma", std), ("divisor d", scaled.divisor)):
+        finite = value.isfinite() if is_tensor(value) else np.isfinite(value)
+        if not bool(finite.all()):
+            group = int(xp.nonzero(~finite)[0][0])
             raise ValueError(
-                f"rewards has {n} element(s): a batch std with ddof={convention.ddof} "
-                "needs at least 2; use scale='group' or more rewards"
+                f"the {name} of {lay.describe(group)} does not fit in float64 (> 1.8e308); "
+                "rescale the rewards (GRPO's advantages do not change under a positive scale)"
             )
-        batch_centered = flat - flat.mean()
-        if bool((flat == flat[0]).all()):
-            batch_centered = torch.zeros_like(flat)
-        std = torch.sqrt((batch_centered * batch_centered).sum() / (n - convention.ddof))
-        divisor = _apply_eps(std, convention).expand_as(sigma).clone()
+    per = lay.per_group
 
-    if bool(singleton.any()):
-        if convention.singleton == "error":
-            group = int(torch.nonzero(singleton)[0, 0])
-            raise ValueError(
-                f"rewards has a group of size 1 ({groups.describe(group)}); GRPO needs "
-                f"G >= 2 responses per prompt under convention {convention.name!r}. Sample "
-                "more responses, drop the group, or use a convention with singleton='zero' "
-                "or 'unit_std'"
-            )
-        member = singleton[groups.inverse]
-        if convention.singleton == "zero":
-            centered = torch.where(member, torch.zeros_like(centered), centered)
-            one = torch.ones_like(divisor)
-        else:  # "unit_std": mean 0 and std 1, so A = R / (1 + eps)
-            centered = torch.where(member, flat, centered)
-            one = _apply_eps(torch.ones_like(divisor), convention)
-            if convention.scale == "none":
-                one = torch.ones_like(divisor)
-        divisor = torch.where(singleton, one, divisor)
-    return GroupStatistics(centered, divisor, sigma, silent, singleton)
+    def out(v: Array, kind: str) -> Array:
+        return backend.out(per(v), kind)
+
+    inverse = None
+    if lay.ids is not None:
+        inverse = lay.inverse
+        inverse = backend.out(inverse, "int64")
+    return GroupStatistics(
+        size=out(kern.size, "int64"),
+        k=out(k, "float64"),
+        mean=out(mean, "float64"),
+        sigma=out(std, "float64"),
+        divisor=out(scaled.divisor, "float64"),
+        silent=out(kern.silent, "bool"),
+        singleton=out(kern.singleton, "bool"),
+        ids=lay.ids,
+        inverse=inverse,
+        convention=conv,
+        _layout=lay,
+        _backend=backend,
+    )
 
 
-def _prepare(rewards: Any, index: Any, dim: int) -> tuple[torch.Tensor, Groups, _arrays.Backend]:
-    x, backend = _arrays.as_float64(rewards, "rewards")
-    flat, groups = _arrays.layout(x, index, dim, "rewards")
-    _arrays.check_finite(flat, groups, "rewards")
-    return flat, groups, backend
-
-
-def _divide(centered: torch.Tensor, divisor: torch.Tensor) -> torch.Tensor:
-    """``centered / divisor`` with 0/0 = 0 (a silent group with eps = 0)."""
-    safe = torch.where(divisor > 0, divisor, torch.ones_like(divisor))
-    return torch.where(divisor > 0, centered / safe, torch.zeros_like(centered))
-
-
+@_quiet
 def grpo_advantage(
     rewards: Array, *, convention: Convention | str = PAPER, index: Any = None, dim: int = -1
 ) -> Array:
@@ -122,7 +529,8 @@ def grpo_advantage(
 
     With the default ``convention=PAPER``, ``d = sigma = sqrt(k (G - k)) / G`` for
     binary rewards (the population std), so ``A+ = sqrt((G - k) / k)`` and
-    ``A- = -sqrt(k / (G - k))``. A silent group (all rewards equal) gets 0.
+    ``A- = -sqrt(k / (G - k))``. A silent group (all rewards equal) gets 0. ``mu`` and
+    ``d`` are :func:`group_statistics`'s.
 
     >>> import numpy as np
     >>> grpo_advantage(np.array([[1.0, 0.0, 0.0, 0.0]]))
@@ -131,10 +539,9 @@ def grpo_advantage(
     array([ 0.70710678, -1.        , -1.41421356,  1.        ,  0.70710678])
     """
     conv = get_convention(convention)
-    flat, groups, backend = _prepare(rewards, index, dim)
-    stats = group_statistics(flat, groups, conv)
-    adv = _divide(stats.centered, stats.divisor[groups.inverse])
-    return backend.out(_arrays.restore(adv, groups))
+    values, lay, backend = _prepare(rewards, index, dim)
+    adv = _statistics(values, lay, conv, owned=True).advantages()
+    return backend.out(lay.restore(adv))
 
 
 def dr_grpo_advantage(
@@ -152,6 +559,7 @@ def dr_grpo_advantage(
     return grpo_advantage(rewards, convention=conv, index=index, dim=dim)
 
 
+@_quiet
 def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array:
     """RLOO advantages ``A_i = R_i - mean_{j != i} R_j = G / (G - 1) * (R_i - mu)``.
 
@@ -161,33 +569,36 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
     >>> rloo_advantage(np.array([1.0, 0.0, 0.0, 0.0]))
     array([ 1.        , -0.33333333, -0.33333333, -0.33333333])
     """
-    flat, groups, backend = _prepare(rewards, index, dim)
-    lonely = groups.sizes == 1
+    values, lay, backend = _prepare(rewards, index, dim)
+    lonely = lay.sizes == 1
     if bool(lonely.any()):
-        group = int(torch.nonzero(lonely)[0, 0])
+        group = int(_xp(lonely).nonzero(lonely)[0][0])
         raise ValueError(
-            f"rewards has a group of size 1 ({groups.describe(group)}); RLOO's leave-one-out "
+            f"rewards has a group of size 1 ({lay.describe(group)}); RLOO's leave-one-out "
             "baseline needs G >= 2 responses per group. Sample more responses or drop the group"
         )
-    stats = group_statistics(flat, groups, PAPER)
-    sizes = groups.sizes[groups.inverse]
-    adv = stats.centered * sizes / (sizes - 1)
-    return backend.out(_arrays.restore(adv, groups))
+    kern = _statistics(values, lay, DR_GRPO, owned=True).kernel
+    adv = _apply(kern, kern.centered, (kern.size - 1) / kern.size, None if kern.unscaled else -kern.exponent)
+    return backend.out(lay.restore(adv))
 
 
 def dapo_keep_mask(rewards: Array, *, index: Any = None, dim: int = -1) -> Array:
     """DAPO's dynamic-sampling rule, per response: keep iff its group is not silent.
 
     ``keep_i = (0 < k < G)`` for binary rewards (iff ``sigma > 0``); for real
-    rewards iff not all rewards of the group are equal. A group of one response is
-    never kept. Returns a boolean array shaped like ``rewards``.
+    rewards iff not all rewards of the group are equal (``min < max``). A group of one
+    response is never kept. Returns a boolean array shaped like ``rewards``.
 
     >>> import numpy as np
     >>> dapo_keep_mask(np.array([[1, 0, 1], [1, 1, 1]]))
     array([[ True,  True,  True],
            [False, False, False]])
     """
-    flat, groups, backend = _prepare(rewards, index, dim)
-    keep = ~(groups.all_equal(flat) | (groups.sizes == 1))
-    mask = _arrays.restore(keep[groups.inverse], groups)
-    return backend.out(mask, "bool")
+    values, lay, backend = _prepare(rewards, index, dim)
+    _arrays.check_finite(values, lay, "rewards")
+    keep = lay.min(values) < lay.max(values)  # not silent; a singleton is silent
+    element = lay.expand(keep)
+    if isinstance(lay, _arrays.Rows):
+        shape = (lay.size, lay.n_groups)
+        element = element.expand(shape) if is_tensor(element) else np.broadcast_to(element, shape)
+    return backend.out(lay.restore(element), "bool")

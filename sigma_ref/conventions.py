@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Mapping
 from typing import Literal
+
+import numpy as np
 
 __all__ = [
     "Convention",
@@ -87,8 +90,12 @@ class Convention:
                 f"Convention ddof={self.ddof!r} is not supported: use 0 (population "
                 "std, the paper) or 1 (Bessel, torch.std's default)"
             )
-        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)):
-            raise TypeError(f"Convention eps={self.eps!r} must be a float >= 0")
+        if isinstance(self.eps, (bool, np.bool_)) or not isinstance(self.eps, numbers.Real):
+            raise TypeError(
+                f"Convention eps={self.eps!r} must be a real number >= 0 (a Python or numpy float), "
+                "e.g. eps=1e-4"
+            )
+        object.__setattr__(self, "eps", float(self.eps))  # np.float32(1e-4) is stored as 1e-4's float
         if not math.isfinite(self.eps) or self.eps < 0:
             raise ValueError(
                 f"Convention eps={self.eps!r} must be finite and >= 0; use eps=0.0 for no epsilon"

@@ -21,7 +21,7 @@ import torch
 
 from . import _arrays
 from ._arrays import Array, Groups
-from .advantages import group_statistics
+from .advantages import _statistics
 from .conventions import PAPER, Convention, get_convention
 
 __all__ = ["policy_gradient", "decompose", "decompose_continuous", "Decomposition", "ContinuousDecomposition"]
@@ -31,7 +31,7 @@ def _scores_like(
     scores: Any, values: torch.Tensor, groups: Groups, dim: int, name: str
 ) -> tuple[torch.Tensor, bool]:
     """Flat ``[N, d]`` scores aligned with the flat rewards; ``True`` if scalar scores."""
-    s, _ = _arrays.as_float64(scores, "scores")
+    s, _ = _arrays.as_float64(scores, "scores", library="torch")
     s = s.to(values.device)
     shape = tuple(values.shape)
     scalar = tuple(s.shape) == shape
@@ -69,7 +69,7 @@ def policy_gradient(advantages: Array, scores: Array, *, index: Any = None, dim:
     >>> policy_gradient(np.array([1.0, -1.0]), np.array([[2.0], [0.0]]))
     array([1.])
     """
-    a, backend = _arrays.as_float64(advantages, "advantages")
+    a, backend = _arrays.as_float64(advantages, "advantages", library="torch")
     flat, groups = _arrays.layout(a, index, dim, "advantages")
     _arrays.check_finite(flat, groups, "advantages")
     s, scalar = _scores_like(scores, a, groups, dim, "advantages")
@@ -124,7 +124,7 @@ def decompose(
     (0.4330127018922193, [3.0], [1.299038105676658])
     """
     conv = get_convention(convention)
-    x, backend = _arrays.as_float64(rewards, "rewards")
+    x, backend = _arrays.as_float64(rewards, "rewards", library="torch")
     flat, groups = _arrays.layout(x, index, dim, "rewards")
     _arrays.check_finite(flat, groups, "rewards")
     _arrays.check_binary(
@@ -134,25 +134,26 @@ def decompose(
         "for real-valued rewards use sigma_ref.decompose_continuous (g = Cov(R, s) / d)",
     )
     s, scalar = _scores_like(scores, x, groups, dim, "rewards")
-    stats = group_statistics(flat, groups, conv)
+    stats = _statistics(flat, groups, conv)
     k = groups.sum(flat)
     n = groups.sizes
     plus = groups.sum(flat.unsqueeze(-1) * s)
     minus = groups.sum((1 - flat).unsqueeze(-1) * s)
     s_plus = plus / k.unsqueeze(-1)  # NaN where k = 0: the mean of no responses
     s_minus = minus / (n - k).unsqueeze(-1)
-    live = (~stats.silent).unsqueeze(-1)
+    silent, singleton, sigma = stats.kernel.silent, stats.kernel.singleton, stats.sigma
+    live = (~silent).unsqueeze(-1)
     delta = torch.where(live, s_plus - s_minus, torch.zeros_like(s_plus))
     d = stats.divisor
-    constant = torch.where(stats.silent, torch.zeros_like(d), stats.sigma**2 / torch.where(d > 0, d, 1))
+    constant = torch.where(silent, torch.zeros_like(d), sigma**2 / torch.where(d > 0, d, 1))
     prediction = constant.unsqueeze(-1) * delta
     if conv.singleton == "unit_std":  # A = R / d there: the update is R * s / d
-        prediction = torch.where(stats.singleton.unsqueeze(-1), plus / d.unsqueeze(-1), prediction)
+        prediction = torch.where(singleton.unsqueeze(-1), plus / d.unsqueeze(-1), prediction)
     per = _arrays.per_group
     return Decomposition(
         k=backend.out(per(k, groups), "int64"),
         G=backend.out(per(n, groups), "int64"),
-        sigma=backend.out(per(stats.sigma, groups), "float64"),
+        sigma=backend.out(per(sigma, groups), "float64"),
         divisor=backend.out(per(d, groups), "float64"),
         s_plus=backend.out(_finish(s_plus, groups, scalar)),
         s_minus=backend.out(_finish(s_minus, groups, scalar)),
@@ -202,20 +203,21 @@ def decompose_continuous(
     (2.0, 0.816497)
     """
     conv = get_convention(convention)
-    x, backend = _arrays.as_float64(rewards, "rewards")
+    x, backend = _arrays.as_float64(rewards, "rewards", library="torch")
     flat, groups = _arrays.layout(x, index, dim, "rewards")
     _arrays.check_finite(flat, groups, "rewards")
     s, scalar = _scores_like(scores, x, groups, dim, "rewards")
-    stats = group_statistics(flat, groups, conv)
-    cov = groups.mean(stats.centered.unsqueeze(-1) * s)
-    var = (stats.sigma**2).unsqueeze(-1)
+    stats = _statistics(flat, groups, conv)
+    cov = groups.mean(stats.centered_original().unsqueeze(-1) * s)
+    sigma = stats.sigma
+    var = (sigma**2).unsqueeze(-1)
     slope = torch.where(var > 0, cov / torch.where(var > 0, var, 1), torch.full_like(cov, float("nan")))
     d = stats.divisor.unsqueeze(-1)
     prediction = torch.where(d > 0, cov / torch.where(d > 0, d, 1), torch.zeros_like(cov))
     per = _arrays.per_group
     return ContinuousDecomposition(
         G=backend.out(per(groups.sizes, groups), "int64"),
-        sigma=backend.out(per(stats.sigma, groups), "float64"),
+        sigma=backend.out(per(sigma, groups), "float64"),
         divisor=backend.out(per(stats.divisor, groups), "float64"),
         covariance=backend.out(_finish(cov, groups, scalar)),
         slope=backend.out(_finish(slope, groups, scalar)),

@@ -56,7 +56,8 @@ def group_sigma(k: Any, G: Any, ddof: int = 0) -> Any:
     if isinstance(ddof, bool) or ddof not in (0, 1):
         raise ValueError(f"ddof={ddof!r} must be 0 (population std) or 1 (Bessel)")
     k_b, G_b, back = _counts(k, G)
-    return back(np.sqrt(k_b * (G_b - k_b) / (G_b * (G_b - ddof))))
+    # (k / G) * ((G - k) / (G - ddof)): no intermediate overflows (k (G - k) would at G ~ 1e155)
+    return back(np.sqrt((k_b / G_b) * ((G_b - k_b) / (G_b - ddof))))
 
 
 def centered_norm(k: Any, G: Any) -> Any:
@@ -69,4 +70,4 @@ def centered_norm(k: Any, G: Any) -> Any:
     1.224744871391589
     """
     k_b, G_b, back = _counts(k, G)
-    return back(np.sqrt(k_b * (G_b - k_b) / G_b))
+    return back(np.sqrt(k_b * ((G_b - k_b) / G_b)))
