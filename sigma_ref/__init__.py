@@ -8,8 +8,11 @@ Public submodules beyond this namespace: ``sigma_ref.testing``
 (``assert_advantages_close``, in the style of ``torch.testing.assert_close``),
 ``sigma_ref.strategies`` (hypothesis strategies for reward groups, ragged batches and
 scores; needs hypothesis), ``sigma_ref.conformance`` (the suite's ``Adapter`` protocol
-and ``detect_convention``), ``sigma_ref.symbolic`` (the sympy expressions the proofs
-derive) and ``sigma_ref.compat.post`` (the seed post's code, as published).
+and ``detect_convention``), ``sigma_ref.objectives`` (the per-token gradient of GRPO-family
+losses: aggregation modes, PPO and dual clip, GSPO, CISPO, importance sampling, KL
+estimators, and what micro-batches and ranks make of them), ``sigma_ref.symbolic`` (the
+sympy expressions the proofs derive) and ``sigma_ref.compat.post`` (the seed post's code,
+as published).
 
 >>> import numpy as np, sigma_ref
 >>> sigma_ref.grpo_advantage(np.array([1.0, 0.0, 0.0, 0.0]))

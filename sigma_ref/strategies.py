@@ -10,7 +10,7 @@ Every factory is keyword-only and returns a strategy of numpy float64 arrays:
 Rewards are binary ``{0, 1}``, or by ``values``: ``"dyadic"`` multiples of ``1/4`` in
 ``[-bound, bound]`` (exactly representable in float16 and bfloat16 too, so a
 low-precision test compares with the oracle on the very rewards the implementation saw),
-``"continuous"`` floats in ``[-bound, bound]`` (not representable in float32),
+``"continuous"`` floats in ``[-bound, bound]`` on a ``1e-6`` grid (not representable in float32),
 ``"offset"`` ill-conditioned groups ``c + s u`` (an offset ``c`` in ``{5, -3, 100, 1e4}``
 and a spread ``s`` in ``{1e-3, 1e-2, 1}``: near-equal rewards whose statistics cancel in
 low precision), or ``"mixed"`` (each group one of the three). Silent groups always take
@@ -63,10 +63,13 @@ def _values(size: int, *, binary: bool, bound: float, values: str) -> st.SearchS
     if binary or values == "dyadic":
         return st.lists(reward_values(binary=binary, bound=bound), min_size=size, max_size=size)
     if values == "continuous":
-        x = st.floats(-bound, bound, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+        # on a 1e-6 grid: never representable in float32 for most draws, and two distinct rewards
+        # stay distinct after any shift the suite applies (a spread of 1e-300 would not)
+        x = st.floats(-bound, bound, allow_nan=False, allow_infinity=False).map(lambda v: round(v, 6))
         return st.lists(x, min_size=size, max_size=size)
     if values == "offset":
-        u = st.lists(st.floats(0.0, 1.0, allow_subnormal=False), min_size=size, max_size=size)
+        unit = st.floats(0.0, 1.0).map(lambda v: round(v, 6))
+        u = st.lists(unit, min_size=size, max_size=size)
         return st.tuples(st.sampled_from([5.0, -3.0, 100.0, 1e4]), st.sampled_from([1e-3, 1e-2, 1.0]), u).map(
             lambda t: [t[0] + t[1] * x for x in t[2]]
         )

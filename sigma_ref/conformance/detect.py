@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..advantages import dr_grpo_advantage, grpo_advantage, rloo_advantage
+from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
 from ..conventions import PAPER, PRESETS, Convention
 from .adapter import Adapter, Batch
 from .precision import precision_from_residual
@@ -153,9 +153,11 @@ def _divisors(c: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 
 def _oracle_divisors(rewards: np.ndarray, conv: Convention | None) -> np.ndarray:
-    c = as_numpy(dr_grpo_advantage(rewards))
-    a = as_numpy(rloo_advantage(rewards) if conv is None else grpo_advantage(rewards, convention=conv))
-    return _divisors(c, a)
+    """The oracle's divisor ``d`` of each row of ``rewards [B, G]`` (RLOO: ``(G - 1) / G``)."""
+    if conv is None:
+        G = rewards.shape[-1]
+        return np.full(rewards.shape[0], (G - 1) / G)
+    return np.asarray(group_statistics(rewards, convention=conv).divisor, dtype=np.float64).reshape(-1)
 
 
 def _close(x: float, y: float, rel: float) -> bool:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..advantages import dr_grpo_advantage, grpo_advantage
-from ..conventions import DR_GRPO
+from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
+from ..conventions import DR_GRPO, Convention
 from .reference import Reference, as_numpy
 
 __all__ = ["likely_cause", "diagnose_mismatch"]
@@ -253,7 +253,7 @@ def _hypotheses(
                 "no_centering",
                 "advantages are divided by the std but not mean-centred: mean centering forgotten, "
                 "(R - mean) / std",
-                lambda: _divide_like(rewards, centred, expected, inv),
+                lambda: _divide_like(rewards, rewards, index, ref),
             )
         )
         hypotheses.append(
@@ -275,7 +275,7 @@ def _hypotheses(
         (
             "batch_mean",
             "advantages are centered on the batch mean, not the group mean",
-            lambda: _divide_like(rewards - rewards.mean(), centred, expected, inv),
+            lambda: _divide_like(rewards - rewards.mean(), rewards, index, ref),
         )
     )
     hypotheses.append(
@@ -480,23 +480,16 @@ def _sort_keys(index: np.ndarray) -> np.ndarray:
     return np.array([str(x) for x in index.tolist()])
 
 
-def _divide_like(
-    numerator: np.ndarray, centred: np.ndarray, expected: np.ndarray, inv: np.ndarray
-) -> np.ndarray:
-    """``numerator / d`` with the reference's divisor per group, ``d = |c|**2 / (c . A)``."""
-    num = np.bincount(inv, centred * centred)
-    den = np.bincount(inv, centred * expected)
+def _divide_like(numerator: np.ndarray, rewards: np.ndarray, index: np.ndarray, ref: Reference) -> np.ndarray:
+    """``numerator / d`` with the reference's divisor ``d`` of each element's group (0 where d is 0)."""
+    _, d, _ = ref.statistics(rewards, index)
     with np.errstate(divide="ignore", invalid="ignore"):
-        d = (num / den)[inv]
-        return np.where(np.isfinite(d) & (d != 0), numerator / d, 0.0)  # silent groups: 0
+        return np.where(d > 0, numerator / np.where(d > 0, d, 1.0), 0.0)  # silent groups: 0
 
 
-def _eps_inside(rewards: np.ndarray, index: np.ndarray, conv: object) -> np.ndarray:
-    """``(R - mean) / sqrt(std**2 + eps)``: the eps-inside-the-sqrt bug, from oracle pieces."""
-    assert hasattr(conv, "replace")
-    no_eps = conv.replace(eps=0.0)  # type: ignore[attr-defined]
-    centred = as_numpy(dr_grpo_advantage(rewards, index=index))
-    plain = as_numpy(grpo_advantage(rewards, convention=no_eps, index=index))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        std = np.where(plain != 0, centred / np.where(plain != 0, plain, 1), 0.0)
-    return centred / np.sqrt(std**2 + conv.eps)  # type: ignore[attr-defined]
+def _eps_inside(rewards: np.ndarray, index: np.ndarray, conv: Convention) -> np.ndarray:
+    """``(R - mean) / sqrt(std**2 + eps)``: the eps-inside-the-sqrt bug, from the oracle's statistics."""
+    st = group_statistics(rewards, convention=conv.replace(eps=0.0, singleton="zero"), index=index)
+    std = st.expand(np.asarray(st.divisor))
+    centred = rewards - st.expand(np.asarray(st.mean))
+    return centred / np.sqrt(std**2 + conv.eps)

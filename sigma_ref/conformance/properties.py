@@ -381,7 +381,10 @@ def evaluate(
         run_property(prop, ctx, param, max_examples=max_examples, examples=examples, shrink=shrink, seed=seed)
     except NotApplicable as exc:
         return Outcome(prop.name, prop.level, label, "skip", str(exc))
-    except PropertyFailure as exc:
+    except Exception as raised:  # a PropertyFailure, or hypothesis's group around one (Flaky: nondeterminism)
+        exc = _first_failure(raised)
+        if not isinstance(exc, PropertyFailure):
+            raise
         verdict = exc.verdict
         if verdict == "FAIL" and not prop.required(ctx):
             verdict = "WARN"
@@ -391,6 +394,18 @@ def evaluate(
         message = "\n".join([exc.finding.render(), *notes])
         return Outcome(prop.name, prop.level, label, verdict, message, exc.finding)
     return Outcome(prop.name, prop.level, label, "pass")
+
+
+def _first_failure(exc: BaseException) -> BaseException:
+    """The first :class:`PropertyFailure` inside an exception group (hypothesis reports an
+    implementation whose result changes between two calls as a ``FlakyFailure`` group)."""
+    if isinstance(exc, PropertyFailure):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _first_failure(inner)
+        if isinstance(found, PropertyFailure):
+            return found
+    return exc
 
 
 def run_suite(

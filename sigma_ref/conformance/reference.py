@@ -12,7 +12,6 @@ import dataclasses
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..advantages import dapo_keep_mask, grpo_advantage, rloo_advantage
 from ..conventions import PAPER, PRESETS, Convention, get_convention
@@ -83,26 +82,25 @@ class Reference:
 
     def statistics(self, rewards: Any, index: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(group, divisor, std)`` per element: group number ``0..B-1``, ``d`` (0 in silent
-        groups) and the group std with the convention's ddof, from the oracle."""
-        from ..advantages import _prepare, group_statistics
+        groups; RLOO's ``(G - 1) / G``) and the group std with the convention's ddof, read from
+        the oracle's :func:`sigma_ref.group_statistics`."""
+        from ..advantages import group_statistics
 
         conv = PAPER if self.convention is None else self.convention
-        flat, groups, _ = _prepare(np.asarray(rewards, dtype=np.float64), np.asarray(index), -1)
-        stats = group_statistics(flat, groups, conv.replace(singleton="zero"))
-        inv = groups.inverse
-        sizes = groups.sizes.to(flat.dtype)
-        if self.convention is None:  # RLOO: A = (R - mu) / ((G - 1) / G)
-            d = torch.where(sizes > 1, (sizes - 1) / sizes, torch.ones_like(sizes))
-        else:
-            d = stats.divisor
-        d = torch.where(stats.silent & (sizes > 1), torch.zeros_like(d), d)
-        dof = torch.clamp(sizes - conv.ddof, min=1)
-        std = stats.sigma * torch.sqrt(sizes / dof)
-        return (
-            inv.cpu().numpy(),
-            d[inv].cpu().numpy(),
-            std[inv].cpu().numpy(),
+        st = group_statistics(
+            np.asarray(rewards, dtype=np.float64),
+            convention=conv.replace(singleton="zero"),
+            index=np.asarray(index).reshape(-1),
         )
+        size = np.asarray(st.size, dtype=np.float64)
+        if self.convention is None:  # RLOO: A = (R - mu) / ((G - 1) / G)
+            d = np.where(size > 1, (size - 1) / np.maximum(size, 1), 1.0)
+        else:
+            d = np.asarray(st.divisor, dtype=np.float64)
+        d = np.where(np.asarray(st.silent) & (size > 1), 0.0, d)
+        std = np.asarray(st.sigma) * np.sqrt(size / np.maximum(size - conv.ddof, 1))
+        group = np.asarray(st.inverse).reshape(-1)
+        return group, d[group], std[group]
 
     def filtered(self, rewards: Any, index: Any) -> np.ndarray:
         """Elements of groups a spread filter treats as silent (``std < silent_below``)."""
