@@ -293,7 +293,7 @@ def run_property(
     """
     __tracebackhide__ = True
     prop = get_property(prop) if isinstance(prop, str) else prop
-    reason = prop.applies(ctx, param)
+    reason = prop.applies(ctx, param) or layout_reason(prop, ctx)
     if reason:
         raise NotApplicable(reason)
     if examples:
@@ -1104,6 +1104,8 @@ def _loss(
         raise PropertyFailure(
             f"loss raised {type(exc).__name__}: {exc} [loss at ratio 1 on {batch!r}]"
         ) from exc
+    if isinstance(out, tuple | list) and out:
+        out = out[0]  # (loss, metrics), as many trainers return
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
         raise PropertyFailure(
             f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor"
@@ -1650,3 +1652,7 @@ _register(
         applies=_cuda_applies,
     )
 )
+
+
+# the call-shape properties (layouts token and keep-mask) register themselves on import
+from .token_properties import layout_reason  # noqa: E402

@@ -27,12 +27,12 @@ REFERENCE_NAMES: tuple[str, ...] = (*PRESETS, "rloo")
 class Reference:
     """Expected behaviour: GRPO under ``convention``, or RLOO when ``convention`` is ``None``.
 
-        ``family``: ``"grpo"`` (divides by a std), ``"dr_grpo"`` (``scale="none"``) or
-        ``"rloo"`` (``A = G/(G-1) (R - mu)``).
+    ``family``: ``"grpo"`` (divides by a std), ``"dr_grpo"`` (``scale="none"``) or
+    ``"rloo"`` (``A = G/(G-1) (R - mu)``).
 
-        >>> import numpy as np
-        >>> reference_for("paper").advantages(np.array([1.0, 0.0]), np.array([0, 0])).tolist()
-        [1.0, -1.0]
+    >>> import numpy as np
+    >>> reference_for("paper").advantages(np.array([1.0, 0.0]), np.array([0, 0])).tolist()
+    [1.0, -1.0]
     """
 
     name: str
