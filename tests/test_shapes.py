@@ -14,9 +14,7 @@ from sigma_ref.conformance import Adapter, Batch
 from sigma_ref.conformance.adapter import CallMismatch, check_call, load_adapter, token_inputs
 from sigma_ref.conformance.properties import evaluate, run_suite
 from sigma_ref.conformance.session import build_context
-from tests.gallery import shapes as S
-
-_TOKEN_PROPS = ("token_reward_position", "token_broadcast", "token_returns", "rejected_rows_ignored")
+from tests.gallery import shapes as S  # noqa: N812
 
 
 def _no_fail(adapter: Adapter, **kw: object) -> list:
@@ -102,6 +100,21 @@ def test_dict_function_with_the_wrong_layout_fails_fast() -> None:
     assert "raised TypeError" in text and "--output KEY|INDEX" in text
 
 
+def test_sigma_ref_check_prints_the_fail_fast_message_as_a_fail(capsys: pytest.CaptureFixture[str]) -> None:
+    """sigma-ref check stops before the suite: a FAIL line with the signature message, exit code 1;
+    --output picks the advantages of the same function once the call fits."""
+    from sigma_ref.cli import main
+
+    code = main(["check", "tests.gallery.shapes:dict_batch", "--layout", "index"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert out.startswith("FAIL call shape: the first probe did not fit layout 'index'")
+    assert "result: NOT CONFORMANT" in out
+    fits = load_adapter("tests.gallery.shapes:dict_batch", layout="index", output="advantages")
+    with pytest.raises(CallMismatch, match="raised TypeError"):  # still one argument, a dict
+        check_call(fits)
+
+
 def test_output_shortcut_and_wrong_output_key() -> None:
     """--output picks a key or an index; a key that is not there fails fast and lists what came back."""
     assert load_adapter(S.DICT_ADAPTER, output="0").output == 0
@@ -135,7 +148,9 @@ def test_keep_mask_on_reward_spread_fails_when_declared_accuracy() -> None:
     out = _verdict(S.KEEP_SPREAD_AS_ACCURACY, "keep_mask_rule")
     assert out.verdict == "FAIL" and out.finding is not None and out.finding.confirmed
     assert "spread of the rewards, not of the accuracy" in out.message
-    assert _verdict(S.KEEP_SPREAD_AS_ACCURACY.replace(keep_metric="reward"), "keep_mask_rule").verdict == "pass"
+    assert (
+        _verdict(S.KEEP_SPREAD_AS_ACCURACY.replace(keep_metric="reward"), "keep_mask_rule").verdict == "pass"
+    )
 
 
 def test_keep_order_is_detected() -> None:
@@ -156,5 +171,5 @@ def test_adapter_argument_errors(kw: dict, words: str) -> None:
     """Bad hook values name the argument and the choices."""
     with pytest.raises(ValueError, match=words):
         Adapter(S.verl_token, "token", **kw)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="output=3.5"):
+    with pytest.raises(TypeError, match=r"output=3\.5"):
         Adapter(S.verl_token, "token", output=3.5)  # type: ignore[arg-type]

@@ -344,7 +344,8 @@ def _check_rejected(ctx: Context, batch: Batch, p: Any) -> None:
                 call,
                 ctx.reference.name,
                 "the rejected row is counted as a response with reward 0 (its token rewards sum to 0), so "
-                "its group's mean and std include it, as verl 0.9.1's compute_grpo_outcome_advantage does; "
+                "its group's baseline includes it, as verl 0.9.1's outcome estimators do (GRPO, its "
+                "vectorized form, RLOO); "
                 "leave rows with response_mask.sum(-1) == 0 out of the group statistics",
                 confirmed=True,
                 verdict="WARN",
@@ -415,8 +416,8 @@ def _check_nan_row(ctx: Context, batch: Batch, p: Any) -> None:
                 f"them at {np.round(expected[same], 4).tolist()} (the group without it)",
                 call,
                 ctx.reference.name,
-                "the NaN enters the group's mean and std (as in verl 0.9.1's "
-                "compute_grpo_outcome_advantage); loud, since the loss turns NaN, but the group is lost: "
+                "the NaN enters the group's statistics (as in verl 0.9.1's outcome estimators); loud, "
+                "since the loss turns NaN, but the group is lost: "
                 "raise on a NaN reward, or leave it out",
                 confirmed=True,
                 verdict="WARN",
