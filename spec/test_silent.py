@@ -60,7 +60,8 @@ def test_nan_rows_confined(sigma_ctx: Context, sigma_seed: int | None) -> None:
 
 def test_keep_mask_rule(sigma_ctx: Context, sigma_seed: int | None) -> None:
     """A dynamic-sampling filter keeps a response iff 0 < k < G in its group, k counted on its
-    declared metric: accuracy (R > 0.5), so shaped rewards that differ while every response is right
-    (or wrong) are dropped, or the reward (keep iff not all equal); per response or per group.
+    declared metric: accuracy (R > 0.5; rewards are accuracy plus a bonus in [0, 0.5)), so shaped
+    rewards that differ while every response is right (or wrong) are dropped, or the reward (keep
+    iff not all equal); per response or per group.
     """
     check_in_pytest(sigma_ctx, "keep_mask_rule", seed=sigma_seed)

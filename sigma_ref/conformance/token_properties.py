@@ -43,8 +43,8 @@ from .reference import as_numpy
 __all__ = ["layout_reason", "ACCURACY_THRESHOLD"]
 
 #: A response is correct (accuracy 1) iff its reward exceeds this, for filters declared with
-#: ``keep_metric="accuracy"``. The suite's shaped probes keep every reward within 0.25 of 0
-#: or 1, so any threshold in (0.25, 0.75) gives the same accuracy.
+#: ``keep_metric="accuracy"``. The suite's shaped probes are accuracy plus a shaping bonus in
+#: [0, 0.5), so ``R > 0.5`` and ``R >= 1`` (correctness plus a format bonus) agree on them.
 ACCURACY_THRESHOLD = 0.5
 
 #: The properties a keep-mask filter is checked by (the rest need advantages).
@@ -458,11 +458,11 @@ _register(
 
 # ---------------------------------------------------------------------------------
 # keep-mask filters
-#: Shaped rewards (accuracy + shaping below 0.25): group 0 is all correct but its rewards
-#: differ, group 1 all wrong but differing, group 2 mixed; ids whose sorted and first-seen
+#: Shaped rewards (accuracy + a bonus in [0, 0.5)): group 7 is all correct but its rewards
+#: differ, group 3 all wrong but differing, group 5 mixed; ids whose sorted and first-seen
 #: orders differ.
 _SHAPED = Batch(
-    np.array([1.1, 0.1, 1.0, 0.0, 1.05, 1.1, -0.2, 0.9, 0.95, 0.2, 0.0, 0.2]),
+    np.array([1.1, 0.1, 1.0, 0.0, 1.05, 1.1, 0.3, 0.4, 1.2, 0.2, 0.0, 1.25]),
     np.array([7, 3, 7, 3, 7, 5, 3, 5, 7, 3, 5, 5]),
 )
 
@@ -517,7 +517,7 @@ def _keep_strategy(ctx: Context, p: Any) -> Any:
 
     def shaped(b: Batch, s: int) -> Batch:
         rng = np.random.default_rng(s)
-        return b.with_rewards(b.rewards + rng.integers(-3, 4, b.n) / 16)
+        return b.with_rewards(b.rewards + rng.integers(0, 8, b.n) / 16)  # a bonus in [0, 0.5)
 
     return st.tuples(_batches(ctx, binary=True), st.integers(0, 2**32 - 1)).map(lambda bs: shaped(*bs))
 
@@ -527,7 +527,8 @@ _register(
         "keep_mask_rule",
         "silent",
         "A dynamic-sampling filter keeps a response iff 0 < k < G in its group, k counted on its declared "
-        "metric: accuracy (R > 0.5), so shaped rewards that differ while every response is right (or "
+        "metric: accuracy (R > 0.5; rewards are accuracy plus a bonus in [0, 0.5)), so shaped rewards "
+        "that differ while every response is right (or "
         "wrong) are dropped, or the reward (keep iff not all equal); per response or per group.",
         _check_keep_rule,
         lambda ctx, p: [_SHAPED, *_WITH_SILENT, *_BINARY],
