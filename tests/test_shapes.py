@@ -173,3 +173,14 @@ def test_adapter_argument_errors(kw: dict, words: str) -> None:
         Adapter(S.verl_token, "token", **kw)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"output=3\.5"):
         Adapter(S.verl_token, "token", output=3.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("layout", ["token", "keep-mask"])
+def test_the_oracle_passes_in_the_new_layouts(layout: str) -> None:
+    """The oracle as a token-level estimator (rejected rows left out) and as a keep-mask filter: every
+    applicable property passes, so the new properties hold for the reference itself."""
+    outcomes = run_suite(build_context(None, layout=layout), max_examples=2, shrink=False)
+    assert {o.verdict for o in outcomes} <= {"pass", "skip", "NOTE"}, [
+        (o.label, o.message[:200]) for o in outcomes if o.verdict not in ("pass", "skip", "NOTE")
+    ]
+    assert sum(o.verdict == "pass" for o in outcomes) >= (30 if layout == "token" else 2)

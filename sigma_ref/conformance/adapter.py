@@ -607,9 +607,33 @@ def oracle_adapter(convention: Convention | str = "paper", layout: str = "index"
         def fn(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
             return compute(rewards.reshape(-1, group_size), None).reshape(-1)
 
-    else:
+    elif layout == "token":
+
+        def fn(tok: torch.Tensor, mask: torch.Tensor, index: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            # the row sum is the scalar; rejected rows (mask all 0) stay out of the groups
+            live = mask.sum(-1) > 0
+            out = torch.zeros(tok.shape[0], dtype=tok.dtype, device=tok.device)
+            if live.any():
+                kept = np.asarray(index)[live.cpu().numpy()]
+                out[live] = torch.as_tensor(
+                    compute(tok[live].sum(-1), kept), dtype=tok.dtype, device=tok.device
+                )
+            adv = out.unsqueeze(-1) * mask
+            return adv, adv
+
+    elif layout == "keep-mask":
+        from ..advantages import dapo_keep_mask
+
+        def fn(rewards: torch.Tensor, index: Any) -> torch.Tensor:
+            return torch.as_tensor(dapo_keep_mask(rewards, index=index))
+
+    elif layout == "grouped":
 
         def fn(rewards: torch.Tensor) -> torch.Tensor:
             return compute(rewards, None)
 
-    return Adapter(fn, layout, name=f"sigma_ref[{ref.name}]", ragged=layout == "index")
+    else:
+        raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
+    ragged = layout in _BY_INDEX
+    returns = "advantages" if layout == "token" else None
+    return Adapter(fn, layout, name=f"sigma_ref[{ref.name}]", ragged=ragged, returns=returns)
