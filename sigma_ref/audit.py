@@ -5,12 +5,18 @@ For each prompt's pass rate ``p`` at group size ``G``: the silent-group rate
 group-size law ``ceil(1 / (8 epsilon p (1 - p)))`` and the exact least ``G`` with
 fidelity ``>= 1 - epsilon``. The totals are the average waste over prompts and the
 effective learning budget ``1 - average waste``.
+
+The work is columnar (:func:`audit_columns`): every closed form runs once per batch of
+distinct pass rates, so an audit of 10,000,000 rates is a few vectorised passes.
+:func:`rollout_audit` audits a rollout log (:mod:`sigma_ref.rollouts`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,10 +24,23 @@ import numpy as np
 from . import _arrays
 from .difficulty import exact_group_size, min_group_size, silent_group_rate
 
-__all__ = ["AuditRow", "AuditResult", "corpus_audit"]
+__all__ = [
+    "AuditRow",
+    "AuditResult",
+    "AuditColumns",
+    "audit_columns",
+    "corpus_audit",
+    "RolloutAudit",
+    "rollout_audit",
+]
 
 #: Waste thresholds of the seed post: below 10% "ok", below 30% "warn", else "critical".
 STATUS_THRESHOLDS = ((0.1, "ok"), (0.3, "warn"))
+STATUS_NAMES = ("ok", "warn", "critical")
+#: Above this the exact least G is not searched (``exact_group_size`` stops at 2**40).
+EXACT_LIMIT = 2.0**40
+#: Above this the closed form is not converted to an integer (it would leave int64).
+CLOSED_LIMIT = 2.0**62
 
 
 def _status(waste: float) -> str:
@@ -31,15 +50,145 @@ def _status(waste: float) -> str:
     return "critical"
 
 
+def _status_codes(waste: np.ndarray) -> np.ndarray:
+    """0, 1, 2 for ``STATUS_NAMES``, vectorised ``_status``."""
+    return np.searchsorted(np.array([t for t, _ in STATUS_THRESHOLDS]), waste, side="right")
+
+
+def format_rate(p: float) -> str:
+    """A pass rate with the fewest digits that read back as the same float (``0.999999``, not ``1``).
+
+    >>> format_rate(0.999999), format_rate(0.5), format_rate(1e-20)
+    ('0.999999', '0.5', '1e-20')
+    """
+    return repr(float(p))
+
+
+def format_size(size: float, p: float, bound: str = "2**40") -> str:
+    """A group size for the table: the integer, ``never`` (``p`` is 0 or 1), or a bound.
+
+    >>> format_size(11.0, 0.5), format_size(math.nan, 0.0), format_size(math.inf, 1e-30)
+    ('11', 'never', '> 2**40')
+    """
+    if p in (0.0, 1.0):
+        return "never"
+    if math.isinf(size):
+        return f"> {bound}"
+    if math.isnan(size):
+        return "–"
+    return str(int(size))
+
+
 @dataclasses.dataclass(frozen=True)
 class AuditRow:
-    """One prompt of the audit. Group sizes are ``None`` where ``p`` is 0 or 1 (no G helps)."""
+    """One prompt of the audit.
+
+    Group sizes are ``None`` where ``p`` is 0 or 1 (no G helps) or where the least ``G``
+    is beyond what is searched (``exact_group_size`` above ``2**40``, the closed form above
+    ``2**62``; then ``status`` still says how much of ``G`` is wasted).
+    """
 
     p: float
     silent_rate: float
     closed_form_group_size: int | None
     exact_group_size: int | None
     status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditColumns:
+    """The audit as columns: ``closed`` and ``exact`` are float64 with ``nan`` for "never"
+    (``p`` in {0, 1}) or "not computed", and ``inf`` for beyond the searched range."""
+
+    p: np.ndarray
+    silent_rate: np.ndarray
+    closed: np.ndarray
+    exact: np.ndarray
+    status: np.ndarray  # codes into STATUS_NAMES
+
+    def rows(self, index: Any = None) -> Iterator[AuditRow]:
+        """The rows (all, or those at ``index``) as :class:`AuditRow`."""
+        idx = range(self.p.size) if index is None else np.asarray(index).reshape(-1).tolist()
+
+        def size(x: float) -> int | None:
+            return None if not math.isfinite(x) else int(x)
+
+        for i in idx:
+            yield AuditRow(
+                float(self.p[i]),
+                float(self.silent_rate[i]),
+                size(float(self.closed[i])),
+                size(float(self.exact[i])),
+                STATUS_NAMES[int(self.status[i])],
+            )
+
+
+def _exact_sizes(values: np.ndarray, eps: float) -> np.ndarray:
+    """``exact_group_size`` on distinct ``values``; ``inf`` where it is beyond ``2**40``."""
+    out = np.full(values.shape, np.inf)
+    if values.size == 0:
+        return out
+    try:
+        out[:] = np.asarray(exact_group_size(values, eps), dtype=np.float64).reshape(-1)
+    except ValueError:  # some value needs G > 2**40: halve until it is isolated
+        if values.size == 1:
+            return out
+        half = values.size // 2
+        out[:half] = _exact_sizes(values[:half], eps)
+        out[half:] = _exact_sizes(values[half:], eps)
+    return out
+
+
+def group_sizes(p: np.ndarray, epsilon: float, *, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Closed-form and exact least ``G`` for each ``p`` (float64; ``nan`` at ``p`` in {0, 1},
+    ``inf`` beyond ``2**62`` / ``2**40``), each closed form evaluated once per distinct ``p``.
+
+    >>> group_sizes(np.array([0.5, 0.0, 1e-30]), 0.05)
+    (array([10., nan, inf]), array([11., nan, inf]))
+    """
+    p = np.asarray(p, dtype=np.float64).reshape(-1)
+    closed = np.full(p.shape, np.nan)
+    exact_out = np.full(p.shape, np.nan)
+    inner = (p > 0) & (p < 1)
+    if not inner.any():
+        return closed, exact_out
+    values, inverse = np.unique(p[inner], return_inverse=True)
+    # the group-size law overflows int64 where 8 eps p (1-p) < 2**-62: no finite budget reaches it
+    with np.errstate(divide="ignore"):
+        fits = 1 / (8 * epsilon * values * (1 - values)) < CLOSED_LIMIT
+    closed_values = np.full(values.shape, np.inf)
+    if fits.any():
+        closed_values[fits] = np.asarray(min_group_size(values[fits], epsilon), dtype=np.float64).reshape(-1)
+    closed[inner] = closed_values[inverse]
+    if exact:
+        exact_values = np.full(values.shape, np.inf)
+        searched = closed_values < EXACT_LIMIT / 2
+        exact_values[searched] = _exact_sizes(values[searched], epsilon)
+        exact_out[inner] = exact_values[inverse]
+    return closed, exact_out
+
+
+def audit_columns(p: Any, G: int = 8, epsilon: float = 0.05, *, exact: bool = True) -> AuditColumns:
+    """The audit of pass rates ``p`` at group size ``G`` as columns (see :func:`corpus_audit`).
+
+    ``exact=False`` leaves the exact least ``G`` as ``nan`` (it is the costly column; the
+    CLI computes it for the rows it shows).
+
+    >>> cols = audit_columns([0.5, 0.03], G=8)
+    >>> cols.closed.tolist(), cols.exact.tolist(), cols.status.tolist()
+    ([10.0, 86.0], [11.0, 113.0], [0, 2])
+    """
+    p_arr, _ = _arrays.numeric(p, "pass_rates")
+    p_arr = p_arr.reshape(-1)
+    _arrays.check_probability(p_arr, "pass_rates")
+    G_arr, _ = _arrays.numeric(G, "G")
+    if G_arr.ndim != 0:
+        raise TypeError(f"G={G!r} must be one integer group size")
+    _arrays.check_group_size(G_arr)
+    eps = _arrays.check_epsilon(epsilon)
+    waste = np.asarray(silent_group_rate(p_arr, int(G_arr)), dtype=np.float64).reshape(-1)
+    closed, exact_sizes = group_sizes(p_arr, eps, exact=exact)
+    return AuditColumns(p_arr, waste, closed, exact_sizes, _status_codes(waste))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,32 +212,27 @@ class AuditResult:
         return json.dumps(self.to_dict(), indent=2)
 
     def __str__(self) -> str:
-        def size(g: int | None) -> str:
-            return "never" if g is None else str(g)
-
-        header = ("p", "silent", "G (closed form)", "G (exact)", "status")
         body = [
             (
-                f"{r.p:.4g}",
+                format_rate(r.p),
                 f"{r.silent_rate:.1%}",
-                size(r.closed_form_group_size),
-                size(r.exact_group_size),
+                format_size(
+                    math.inf if r.closed_form_group_size is None else r.closed_form_group_size, r.p, "2**62"
+                ),
+                format_size(math.inf if r.exact_group_size is None else r.exact_group_size, r.p),
                 r.status,
             )
             for r in self.rows
         ]
-        widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
-        line = "  ".join
-        out = [
-            f"Corpus audit at G={self.G}, fidelity target 1 - epsilon = {1 - self.epsilon:g}",
-            line(h.rjust(w) for h, w in zip(header, widths, strict=False)),
-            line("-" * w for w in widths),
-            *(line(c.rjust(w) for c, w in zip(b, widths, strict=False)) for b in body),
-            "",
-            f"Average wasted compute (silent groups): {self.average_waste:.1%}",
-            f"Effective learning budget: {self.effective_budget:.1%}",
-        ]
-        return "\n".join(out)
+        return "\n".join(
+            [
+                f"Corpus audit at G={self.G}, fidelity target 1 - epsilon = {1 - self.epsilon:g}",
+                *table(("p", "silent", "G (closed form)", "G (exact)", "status"), body),
+                "",
+                f"Average wasted compute (silent groups): {self.average_waste:.1%}",
+                f"Effective learning budget: {self.effective_budget:.1%}",
+            ]
+        )
 
 
 def corpus_audit(pass_rates: Any, G: int = 8, epsilon: float = 0.05) -> AuditResult:
@@ -96,7 +240,9 @@ def corpus_audit(pass_rates: Any, G: int = 8, epsilon: float = 0.05) -> AuditRes
 
     Per prompt: silent rate ``p**G + (1-p)**G``, closed-form ``G* = ceil(1 / (8 epsilon
     p (1 - p)))`` and the exact least ``G`` with fidelity ``>= 1 - epsilon``; totals:
-    average waste and effective budget ``= 1 - average waste``.
+    average waste and effective budget ``= 1 - average waste``. The closed form is below
+    the exact least ``G`` at every ``p`` tried (``p = 0.5``: 10 against 11), not only near
+    the edges.
 
     >>> result = corpus_audit([0.5, 0.03], G=8)
     >>> [(r.closed_form_group_size, r.exact_group_size) for r in result.rows]
@@ -104,30 +250,468 @@ def corpus_audit(pass_rates: Any, G: int = 8, epsilon: float = 0.05) -> AuditRes
     >>> round(result.average_waste, 4)
     0.3958
     """
-    p, _ = _arrays.numeric(pass_rates, "pass_rates")
-    p = p.reshape(-1)
-    _arrays.check_probability(p, "pass_rates")
-    G_arr, _ = _arrays.numeric(G, "G")
-    if G_arr.ndim != 0:
-        raise TypeError(f"G={G!r} must be one integer group size")
-    _arrays.check_group_size(G_arr)
-    eps = _arrays.check_epsilon(epsilon)
-    waste = np.asarray(silent_group_rate(p, int(G_arr)))
-    inner = (p > 0) & (p < 1)
-    closed = np.zeros(p.shape, dtype=np.int64)
-    exact = np.zeros(p.shape, dtype=np.int64)
-    if inner.any():
-        closed[inner] = min_group_size(p[inner], eps)
-        exact[inner] = exact_group_size(p[inner], eps)
-    rows = tuple(
-        AuditRow(
-            p=float(pi),
-            silent_rate=float(wi),
-            closed_form_group_size=int(ci) if ii else None,
-            exact_group_size=int(ei) if ii else None,
-            status=_status(float(wi)),
+    cols = audit_columns(pass_rates, G, epsilon)
+    average = float(cols.silent_rate.mean())
+    return AuditResult(int(G), _arrays.check_epsilon(epsilon), tuple(cols.rows()), average, 1 - average)
+
+
+# ---------------------------------------------------------------------------
+# rollout logs
+
+
+@dataclasses.dataclass(frozen=True)
+class SilentRow:
+    """Silent-group rate of a rollout log at group size ``G``, three ways.
+
+    ``plug_in``: mean over prompts of ``p**G + (1-p)**G`` with ``p = k/n``; ``subsampled``:
+    mean over the ``covered`` prompts with ``n >= G`` of the unbiased
+    ``(C(k,G) + C(n-k,G)) / C(n,G)``; at the logged ``G`` also ``observed``, the silent
+    share of the log's groups of that size, its binomial standard error ``observed_se``
+    and ``expected``, the subsampled estimate averaged over those same groups.
+    """
+
+    G: int
+    covered: int
+    plug_in: float
+    subsampled: float | None
+    observed: float | None = None
+    observed_se: float | None = None
+    expected: float | None = None
+    groups: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeRow:
+    """The exact least ``G`` with fidelity ``>= 1 - epsilon`` over the prompts with ``0 < p < 1``."""
+
+    epsilon: float
+    median: int | None
+    p90: int | None
+    maximum: int | None
+    reached: float | None  # share of those prompts whose least G is <= the logged G
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutAudit:
+    """The audit of a rollout log; ``str()`` is a report, ``to_dict()`` plain data."""
+
+    path: str
+    rows: int
+    prompts: int
+    never: int  # prompts with p = 0 or 1
+    logged_G: int | None  # noqa: N815 (G is the paper's name)
+    group_source: str
+    silent: tuple[SilentRow, ...]
+    extreme: float
+    mass_share: dict[str, float | None]
+    sizes: tuple[SizeRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for JSON)."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """The audit as a JSON document."""
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        def pct(x: float | None, digits: int = 1) -> str:
+            return "–" if x is None else f"{x:.{digits}%}"
+
+        groups = (
+            f"logged G = {self.logged_G} (groups from {self.group_source})"
+            if self.logged_G
+            else "no groups in the log (pass --group-col, or log a group's rows together)"
         )
-        for pi, wi, ci, ei, ii in zip(p, waste, closed, exact, inner, strict=False)
+        out = [
+            f"Rollout audit of {self.path}: {self.rows:,} rollouts, {self.prompts:,} prompts "
+            f"({self.never:,} always or never correct); {groups}",
+            "",
+            "Silent-group rate",
+        ]
+        head = ("G", "prompts n>=G", "plug-in p^G+(1-p)^G", "subsampled (unbiased)", "observed ± se")
+        body = []
+        for r in self.silent:
+            observed = "" if r.observed is None else f"{r.observed:.2%} ± {r.observed_se:.2%}"
+            if r.observed is not None:
+                observed += f" ({r.groups:,} groups; forecast {r.expected:.2%})"
+            mark = " (logged)" if r.G == self.logged_G else ""
+            body.append((f"{r.G}{mark}", f"{r.covered:,}", pct(r.plug_in, 2), pct(r.subsampled, 2), observed))
+        out += table(head, body)
+        e = self.extreme
+        out += [
+            "",
+            f"Gradient-mass share of extreme prompts (p <= {e:g} or p >= {1 - e:g}):",
+            "  " + ", ".join(f"{name} {pct(value)}" for name, value in self.mass_share.items()),
+            "",
+            "Least G with fidelity >= 1 - epsilon (exact), over prompts with 0 < p < 1",
+        ]
+        head2 = ("1 - epsilon", "median", "90th pct", "max", f"reached at G={self.logged_G}")
+        body2 = [
+            (
+                f"{1 - s.epsilon:g}",
+                *("–" if v is None else str(v) for v in (s.median, s.p90, s.maximum)),
+                pct(s.reached) if self.logged_G else "–",
+            )
+            for s in self.sizes
+        ]
+        out += table(head2, body2)
+        return "\n".join(out)
+
+
+def table(head: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
+    """Lines of a right-aligned text table."""
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+
+    def line(cells: Any) -> str:
+        return "  ".join(cells).rstrip()
+
+    return [
+        line(h.rjust(w) for h, w in zip(head, widths, strict=True)),
+        line("-" * w for w in widths),
+        *(line(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body),
+    ]
+
+
+def _weighted_share(weights: np.ndarray, counts: np.ndarray, mask: np.ndarray) -> float | None:
+    total = float((weights * counts).sum())
+    return None if total == 0 else float((weights * counts)[mask].sum() / total)
+
+
+def rollout_audit(
+    rollouts: Any,
+    G: Any = (8, 16, 32),
+    epsilons: Any = (0.1, 0.05, 0.01),
+    extreme: float = 0.1,
+) -> RolloutAudit:
+    """Audit a rollout log (:func:`sigma_ref.rollouts.read_rollouts`) at its logged ``G`` and target ``G``.
+
+    Per ``G``: the plug-in silent rate ``mean p**G + (1-p)**G`` (``p = k/n``), the unbiased
+    subsampled ``mean (C(k,G) + C(n-k,G)) / C(n,G)`` over prompts with ``n >= G``, and at the
+    logged ``G`` the silent share of the logged groups with its standard error
+    ``sqrt(f (1-f) / groups)``. The share of the update mass on extreme prompts
+    (``p <= extreme`` or ``p >= 1 - extreme``) under GRPO (``sqrt(p(1-p))``) and Dr. GRPO
+    (``p(1-p)``) in the large-G limit and at the logged ``G`` (exact expectations), and
+    per ``epsilon`` the distribution of the exact least ``G`` with fidelity ``>= 1 - epsilon``.
+    Closed forms run once on the distinct pass rates (a log of ``n``-rollout prompts has
+    at most ``n + 1``).
+
+    >>> from sigma_ref.rollouts import Rollouts
+    >>> log = Rollouts("log", 8, np.array(["a", "b"]), np.array([4, 4]), np.array([0, 2]),
+    ...                np.array([4, 4]), np.array([0, 2]), np.array([0, 1]), "consecutive rows")
+    >>> audit = rollout_audit(log, G=(2,))
+    >>> [(r.G, r.plug_in, round(r.subsampled, 4), r.observed) for r in audit.silent]
+    [(4, 0.5625, 0.5, 0.5), (2, 0.75, 0.6667, None)]
+    """
+    from .difficulty import exact_group_size as _exact
+    from .difficulty import mass_weight
+    from .rollouts import subsampled_silent_rate
+
+    if not 0 < extreme < 0.5:
+        raise ValueError(f"extreme={extreme!r} must be in (0, 0.5), e.g. 0.1 for p <= 0.1 or p >= 0.9")
+    p_all = rollouts.k / rollouts.n
+    values, counts = np.unique(p_all, return_counts=True)
+    logged = rollouts.logged_G
+    targets = [int(g) for g in np.atleast_1d(np.asarray(G))]
+    sizes = sorted(
+        set(([logged] if logged and logged >= 2 else []) + targets), key=lambda g: (g != logged, g)
     )
-    average = float(waste.mean())
-    return AuditResult(int(G_arr), eps, rows, average, 1 - average)
+    rows = []
+    for g in sizes:
+        plug = float((np.asarray(silent_group_rate(values, g)) * counts).sum() / counts.sum())
+        covered = rollouts.n >= g
+        sub = subsampled_silent_rate(rollouts.n[covered], rollouts.k[covered], g) if covered.any() else None
+        row = SilentRow(g, int(covered.sum()), plug, None if sub is None else float(sub.mean()))
+        if g == logged:
+            full = rollouts.group_n == g
+            silent = (rollouts.group_k[full] == 0) | (rollouts.group_k[full] == g)
+            m = int(full.sum())
+            f = float(silent.mean())
+            per_prompt = subsampled_silent_rate(rollouts.n, rollouts.k, g)
+            forecast = float(per_prompt[rollouts.group_prompt[full]].mean())
+            row = dataclasses.replace(
+                row, observed=f, observed_se=math.sqrt(f * (1 - f) / m), expected=forecast, groups=m
+            )
+        rows.append(row)
+    edge = np.minimum(values, 1 - values) <= extreme
+    shares: dict[str, float | None] = {}
+    for method, label in (("dr_grpo", "Dr. GRPO"), ("grpo", "GRPO")):
+        shares[f"{label} (large G)"] = _weighted_share(np.asarray(mass_weight(values, method)), counts, edge)
+        if logged and logged >= 2:
+            weights = np.asarray(mass_weight(values, method, logged))
+            shares[f"{label} (G={logged})"] = _weighted_share(weights, counts, edge)
+    live = (values > 0) & (values < 1)
+    size_rows = []
+    for eps in np.atleast_1d(np.asarray(epsilons, dtype=np.float64)):
+        if not live.any():
+            size_rows.append(SizeRow(float(eps), None, None, None, None))
+            continue
+        least = np.asarray(_exact(values[live], float(eps))).reshape(-1)
+        weights = counts[live]
+        order = np.argsort(least, kind="stable")
+        cumulative = np.cumsum(weights[order]) / weights.sum()
+
+        def quantile(q: float, least=least, order=order, cumulative=cumulative) -> int:
+            return int(least[order][np.searchsorted(cumulative, q)])
+
+        reached = float(weights[least <= logged].sum() / weights.sum()) if logged else None
+        size_rows.append(SizeRow(float(eps), quantile(0.5), quantile(0.9), int(least.max()), reached))
+    never = int(counts[~live].sum())
+    return RolloutAudit(
+        rollouts.path,
+        int(rollouts.rows),
+        int(rollouts.n.size),
+        never,
+        logged,
+        rollouts.group_source,
+        tuple(rows),
+        float(extreme),
+        shares,
+        tuple(size_rows),
+    )
+
+
+# ---------------------------------------------------------------------------
+# pass-rate files
+
+#: Bad lines listed in one error message before "... and N more".
+MAX_BAD_LINES = 20
+
+
+def parse_pass_rates(data: bytes, source: str = "<input>") -> np.ndarray:
+    """Pass rates from the bytes of a pass-rate file (the format ``sigma-ref audit --file`` reads).
+
+    Format: UTF-8 text (a leading byte-order mark is skipped); numbers separated by white
+    space, commas or new lines (so ``0,1`` is two rates, 0 and 1: decimal commas are not
+    read); ``#`` starts a comment to the end of the line; blank lines are ignored. Every
+    number must be a pass rate in ``[0, 1]``. Otherwise ``ValueError`` lists each bad token
+    as ``source:line: 'token' (why)``, up to ``MAX_BAD_LINES`` of them, then a count.
+
+    >>> parse_pass_rates(b"\\xef\\xbb\\xbf# rates\\n0.5, 0.25  # two\\n1e-3\\n").tolist()
+    [0.5, 0.25, 0.001]
+    """
+    import re
+
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    clean = re.sub(rb"#[^\n]*", b"", data) if b"#" in data else data
+    values = None
+    try:
+        parts = [_parse_chunk(chunk) for chunk in _chunks(clean)]
+        values = np.concatenate(parts) if parts else np.zeros(0)
+    except ValueError:  # a token that is not a number
+        values = None
+    if values is not None and values.size == 0:
+        raise ValueError(
+            f"{source} holds no pass rates (numbers in [0, 1], separated by spaces, commas or lines)"
+        )
+    if values is not None and np.all((values >= 0) & (values <= 1)):
+        return values
+    raise ValueError(_bad_tokens(data, source))
+
+
+_CHUNK_BYTES = 1 << 25
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    """``data`` in pieces of about ``_CHUNK_BYTES``, each cut at a separator (a bounded token list)."""
+    import re
+
+    separator = re.compile(rb"[\s,]")
+    start = 0
+    while start < len(data):
+        end = start + _CHUNK_BYTES
+        found = separator.search(data, end) if end < len(data) else None
+        end = found.start() if found else len(data)
+        yield data[start:end]
+        start = end + 1
+
+
+def _parse_chunk(chunk: bytes) -> np.ndarray:
+    """The numbers of one chunk; ``ValueError`` on a token that is not one."""
+    tokens = chunk.replace(b",", b" ").split()
+    if not tokens:
+        return np.zeros(0)
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ImportError:  # pragma: no cover - the audit extra is installed in tests
+        return np.array(tokens, dtype=np.float64)
+    try:
+        text = pa.array(tokens, type=pa.binary()).cast(pa.string())
+        return pc.cast(text, pa.float64()).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _bad_tokens(data: bytes, source: str) -> str:
+    """The error message listing every bad token with its line (the slow path, errors only)."""
+    bad = []
+    count = 0
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        for token in line.split(b"#", 1)[0].replace(b",", b" ").split():
+            text = token.decode("utf-8", errors="replace")
+            try:
+                value = float(text)
+            except ValueError:
+                why = "not a number"
+            else:
+                if 0 <= value <= 1:
+                    continue
+                why = "outside [0, 1]; a pass rate is a share of correct rollouts"
+            count += 1
+            if len(bad) < MAX_BAD_LINES:
+                bad.append(f"  {source}:{number}: {text!r} ({why})")
+    more = [f"  ... and {count - MAX_BAD_LINES} more"] if count > MAX_BAD_LINES else []
+    return "\n".join([f"{source}: {count} bad pass rate{'s' * (count != 1)}:", *bad, *more])
+
+
+def read_pass_rates(path: str) -> np.ndarray:
+    """Read a pass-rate file (``-``: standard input); the format is :func:`parse_pass_rates`'s.
+
+    A missing file, a directory, an unreadable file or a closed standard input raise
+    ``ValueError`` with a message saying which.
+    """
+    import os
+    import sys
+
+    if path == "-":
+        stream = getattr(sys.stdin, "buffer", sys.stdin)
+        if sys.stdin is None or stream is None:
+            raise ValueError("--file -: standard input is closed; pipe pass rates in or pass --file PATH")
+        try:
+            data = stream.read()
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--file -: cannot read standard input ({exc})") from None
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        return parse_pass_rates(data, "<stdin>")
+    if os.path.isdir(path):
+        raise ValueError(f"--file {path}: is a directory; pass a file of pass rates")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise ValueError(f"--file {path}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"--file {path}: cannot read it ({exc.strerror})") from None
+    return parse_pass_rates(data, path)
+
+
+# ---------------------------------------------------------------------------
+# large audits: a summary, the worst rows, and every row written in chunks
+
+CHUNK_ROWS = 1 << 20
+
+
+def audit_summary(cols: AuditColumns, G: int, epsilon: float) -> list[str]:
+    """Summary lines of a large audit: counts by status, waste, and the G the quantiles need.
+
+    The quantile rows name the pass rate at that quantile of the distance ``min(p, 1-p)``
+    from the edge (the hardest 10%, the median prompt) and the least ``G`` that rate needs.
+    """
+    total = cols.p.size
+    never = int(((cols.p == 0) | (cols.p == 1)).sum())
+    counts = np.bincount(cols.status, minlength=3)
+    waste = float(cols.silent_rate.mean())
+    lines = [
+        f"Corpus audit at G={G}, fidelity target 1 - epsilon = {1 - epsilon:g}: {total:,} prompts "
+        f"({never:,} always or never correct)",
+        "Status: "
+        + ", ".join(f"{name} {c:,} ({c / total:.1%})" for name, c in zip(STATUS_NAMES, counts, strict=True)),
+        f"Average wasted compute (silent groups): {waste:.1%}",
+        f"Effective learning budget: {1 - waste:.1%}",
+    ]
+    live = cols.p[(cols.p > 0) & (cols.p < 1)]
+    if live.size:
+        edge = np.minimum(live, 1 - live)
+        quantiles = [("hardest 1%", 0.01), ("hardest 10%", 0.1), ("median", 0.5)]
+        picks = np.array([np.quantile(edge, q, method="inverted_cdf") for _, q in quantiles])
+        closed, exact = group_sizes(picks, epsilon)
+        body = [
+            (name, format_rate(v), format_size(c, v, "2**62"), format_size(e, v))
+            for (name, _), v, c, e in zip(quantiles, picks, closed, exact, strict=True)
+        ]
+        lines += ["", "Prompts with 0 < p < 1, by distance min(p, 1-p) from the edge:"]
+        lines += table(("quantile", "min(p, 1-p)", "G (closed form)", "G (exact)"), body)
+    return lines
+
+
+def _strings(cols: AuditColumns, lo: int, hi: int, *, table_text: bool) -> dict[str, list[str]] | dict:
+    """The row cells of rows ``lo:hi`` as pyarrow string arrays (JSON/CSV cells or table cells)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    p = cols.p[lo:hi]
+    edge = (p == 0) | (p == 1)
+
+    def text(x: np.ndarray) -> Any:
+        return pc.cast(pa.array(x), pa.string())  # shortest digits that read back exactly
+
+    def sizes(x: np.ndarray, bound: str) -> Any:
+        x = x[lo:hi]
+        ints = pa.array(np.where(np.isfinite(x), x, 0).astype(np.int64), mask=~np.isfinite(x))
+        s = pc.cast(ints, pa.string())
+        if table_text:
+            label = pc.if_else(pa.array(edge), "never", pc.if_else(pa.array(np.isinf(x)), f"> {bound}", "–"))
+            s = pc.coalesce(s, label)
+        return s
+
+    if table_text:
+        tenths = np.rint(cols.silent_rate[lo:hi] * 1000).astype(np.int64)
+        whole = pc.cast(pa.array(tenths // 10), pa.string())
+        frac = pc.cast(pa.array(tenths % 10), pa.string())
+        silent = pc.binary_join_element_wise(whole, ".", frac, "%", "")
+    else:
+        silent = text(cols.silent_rate[lo:hi])
+    codes = pa.array(cols.status[lo:hi].astype(np.int8))
+    status = pa.DictionaryArray.from_arrays(codes, pa.array(STATUS_NAMES)).cast(pa.string())
+    return {
+        "p": text(p),
+        "silent": silent,
+        "closed": sizes(cols.closed, "2**62"),
+        "exact": sizes(cols.exact, "2**40"),
+        "status": status,
+    }
+
+
+def write_rows(cols: AuditColumns, out: Any, kind: str, widths: tuple[int, ...] = ()) -> None:
+    """Write every row to ``out`` in chunks of ``CHUNK_ROWS``, formatted vectorised (pyarrow).
+
+    ``kind``: ``"json"`` (one object per line, comma-separated, for the ``rows`` list),
+    ``"csv"`` or ``"table"`` (right-aligned to ``widths``).
+    """
+    import pyarrow.compute as pc
+
+    total = cols.p.size
+    for lo in range(0, total, CHUNK_ROWS):
+        hi = min(total, lo + CHUNK_ROWS)
+        s = _strings(cols, lo, hi, table_text=kind == "table")
+        if kind == "json":
+            closed = pc.fill_null(s["closed"], "null")
+            exact = pc.fill_null(s["exact"], "null")
+            lines = pc.binary_join_element_wise(
+                '    {"p": ',
+                s["p"],
+                ', "silent_rate": ',
+                s["silent"],
+                ', "closed_form_group_size": ',
+                closed,
+                ', "exact_group_size": ',
+                exact,
+                ', "status": "',
+                s["status"],
+                '"}',
+                "",
+            )
+            text = ",\n".join(lines.to_pylist())
+            out.write(text if lo == 0 else ",\n" + text)
+        elif kind == "csv":
+            cells = [pc.fill_null(s[c], "") for c in ("p", "silent", "closed", "exact", "status")]
+            out.write("\n".join(pc.binary_join_element_wise(*cells, ",").to_pylist()) + "\n")
+        else:
+            cells = [
+                pc.utf8_lpad(s[c], w)
+                for c, w in zip(("p", "silent", "closed", "exact", "status"), widths, strict=True)
+            ]
+            out.write("\n".join(pc.binary_join_element_wise(*cells, "  ").to_pylist()) + "\n")

@@ -1,7 +1,12 @@
 """The ``sigma-ref`` command line.
 
-``sigma-ref audit 0.5 0.3 0.15 0.08 0.03 --G 8`` prints the corpus audit; further
+``sigma-ref audit 0.5 0.3 0.15 0.08 0.03 --G 8`` prints the corpus audit,
+``sigma-ref audit --rollouts log.parquet`` audits a rollout log, ``sigma-ref reproduce``
+recomputes the paper's group-size table and its controlled experiment; further
 sub-commands (``check``, ``detect``, ``matrix``) run the conformance suite.
+
+Sub-commands import their modules when they run, so ``sigma-ref audit`` starts without
+torch or sympy.
 """
 
 from __future__ import annotations
@@ -10,31 +15,118 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from .audit import corpus_audit
-from .conventions import PRESETS
-
 __all__ = ["main"]
 
+#: Exit status for bad input of any kind (argparse uses 2 for bad options too).
+BAD_INPUT = 2
 
-def _read_rates(path: str) -> list[float]:
-    """Pass rates from a file: numbers separated by white space, commas or new lines."""
-    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-    rates = []
-    for token in text.replace(",", " ").split():
-        try:
-            rates.append(float(token))
-        except ValueError:
-            raise SystemExit(f"sigma-ref audit: {path}: {token!r} is not a number") from None
-    return rates
+
+def _one(values: list | None, default: float, name: str) -> float:
+    if values is None:
+        return default
+    if len(values) != 1:
+        raise ValueError(f"{name} takes one value for pass rates (got {values}); several are for --rollouts")
+    return values[0]
 
 
 def _audit(args: argparse.Namespace) -> int:
+    if args.rollouts:
+        return _audit_rollouts(args)
+    from . import audit
+
     rates = list(args.pass_rates)
-    if args.file:
-        rates += _read_rates(args.file)
-    if not rates:
-        raise SystemExit("sigma-ref audit: give pass rates as arguments or with --file")
-    result = corpus_audit(rates, G=args.G, epsilon=args.epsilon)
+    extra = audit.read_pass_rates(args.file) if args.file else None
+    if not rates and (extra is None or extra.size == 0):
+        raise ValueError(
+            "give pass rates as arguments, with --file PATH, or a rollout log with --rollouts PATH"
+        )
+    import numpy as np
+
+    p = (
+        np.asarray(rates, dtype=np.float64)
+        if extra is None
+        else np.concatenate([np.asarray(rates, float), extra])
+    )
+    if args.top < 1:
+        raise ValueError(f"--top {args.top}: show at least one row (--top 1); --all shows every row")
+    G = int(_one(args.G, 8, "--G"))
+    eps = _one(args.epsilon, 0.05, "--epsilon")
+    small = p.size <= args.top
+    machine = args.json or args.csv
+    cols = audit.audit_columns(p, G, eps, exact=small or args.all or bool(machine))
+    out = sys.stdout
+    if args.plot:
+        from .plots import plot_pass_rates
+
+        plot_pass_rates(p, G, args.plot)
+    if small and not machine and not args.all:
+        average = float(cols.silent_rate.mean())
+        out.write(str(audit.AuditResult(G, eps, tuple(cols.rows()), average, 1 - average)) + "\n")
+        return 0
+    if args.json:
+        average = float(cols.silent_rate.mean())
+        out.write(f'{{\n  "G": {G},\n  "epsilon": {eps!r},\n  "rows": [\n')
+        audit.write_rows(cols, out, "json")
+        out.write(f'\n  ],\n  "average_waste": {average!r},\n  "effective_budget": {1 - average!r}\n}}\n')
+        return 0
+    if args.csv:
+        out.write("p,silent_rate,closed_form_group_size,exact_group_size,status\n")
+        audit.write_rows(cols, out, "csv")
+        return 0
+    out.write("\n".join(audit.audit_summary(cols, G, eps)) + "\n\n")
+    head = ("p", "silent", "G (closed form)", "G (exact)", "status")
+    if args.all:
+        widths = (24, 7, len(head[2]), len(head[3]), 8)
+        out.write("  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)) + "\n")
+        out.write("  ".join("-" * w for w in widths) + "\n")
+        audit.write_rows(cols, out, "table", widths)
+        return 0
+    # the never/always-correct prompts are counted in the summary; list the worst of the rest
+    live = np.flatnonzero((cols.p > 0) & (cols.p < 1))
+    worst = live[np.argsort(-cols.silent_rate[live], kind="stable")[: args.top]]
+    closed, exact = audit.group_sizes(cols.p[worst], eps)
+    body = [
+        (
+            str(i + 1),
+            audit.format_rate(cols.p[i]),
+            f"{cols.silent_rate[i]:.1%}",
+            audit.format_size(c, cols.p[i], "2**62"),
+            audit.format_size(e, cols.p[i]),
+            audit.STATUS_NAMES[int(cols.status[i])],
+        )
+        for i, c, e in zip(worst, closed, exact, strict=True)
+    ]
+    out.write(
+        f"The {len(body)} prompts with the highest silent rate (--top N for more, --all for every row):\n"
+    )
+    out.write("\n".join(audit.table(("row", *head), body)) + "\n")
+    return 0
+
+
+def _audit_rollouts(args: argparse.Namespace) -> int:
+    from .audit import rollout_audit
+    from .rollouts import read_rollouts
+
+    if args.pass_rates or args.file:
+        raise ValueError("give either pass rates (arguments, --file) or --rollouts, not both")
+    log = read_rollouts(
+        args.rollouts,
+        prompt_col=args.prompt_col,
+        reward_col=args.reward_col,
+        group_col=args.group_col,
+        correct_threshold=args.correct_threshold,
+        fmt=args.format,
+    )
+    result = rollout_audit(
+        log,
+        G=args.G or (8, 16, 32),
+        epsilons=args.epsilon or (0.1, 0.05, 0.01),
+        extreme=args.extreme,
+    )
+    if args.plot:
+        from .plots import plot_rollouts
+
+        plot_rollouts(log, result, args.plot)
     print(result.to_json() if args.json else result)
     return 0
 
@@ -42,21 +134,98 @@ def _audit(args: argparse.Namespace) -> int:
 def _add_audit(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "audit",
-        help="silent-group waste and group-size law for per-prompt pass rates",
+        help="silent-group waste and group-size law for pass rates or a rollout log",
         description="Audit per-prompt pass rates at group size G: the silent-group rate "
         "p^G + (1-p)^G, the closed-form group-size law ceil(1/(8 eps p(1-p))) and the exact "
-        "least G with fidelity >= 1 - eps.",
+        "least G with fidelity >= 1 - eps. With --rollouts, audit a rollout log (one row per "
+        "rollout): plug-in, unbiased subsampled and observed silent rates, gradient-mass "
+        "shares and the exact least G per fidelity target. Bad input exits with status 2.",
     )
     p.add_argument("pass_rates", nargs="*", type=float, help="per-prompt pass rates in [0, 1]")
-    p.add_argument("--file", help="read more pass rates from this file ('-' for stdin)")
-    p.add_argument("--G", type=int, default=8, help="group size (default 8)")
-    p.add_argument("--epsilon", type=float, default=0.05, help="tolerated fidelity loss (default 0.05)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--file",
+        help="read more pass rates from this file ('-' for stdin): numbers separated by spaces, "
+        "commas or lines, '#' comments, UTF-8 (a BOM is skipped)",
+    )
+    p.add_argument(
+        "--G",
+        type=int,
+        nargs="+",
+        help="group size (pass rates: one, default 8; "
+        "rollouts: target sizes besides the logged one, default 8 16 32)",
+    )
+    p.add_argument(
+        "--epsilon",
+        type=float,
+        nargs="+",
+        help="tolerated fidelity loss (pass rates: one, default 0.05; rollouts: default 0.1 0.05 0.01)",
+    )
+    machine = p.add_mutually_exclusive_group()
+    machine.add_argument("--json", action="store_true", help="print JSON instead of a table (every row)")
+    machine.add_argument("--csv", action="store_true", help="pass rates: print every row as CSV")
+    p.add_argument(
+        "--top",
+        type=int,
+        default=20,
+        metavar="N",
+        help="pass rates: above N rows print a summary and the N rows with the highest silent "
+        "rate (default 20)",
+    )
+    p.add_argument("--all", action="store_true", help="pass rates: print the summary and every row")
+    p.add_argument("--plot", metavar="OUT.png|svg", help="draw the audit's figure to this file (matplotlib)")
+    g = p.add_argument_group("rollout logs")
+    g.add_argument("--rollouts", metavar="PATH", help="a rollout log: .parquet, .csv, .tsv or .jsonl")
+    g.add_argument(
+        "--format",
+        choices=("parquet", "csv", "tsv", "json"),
+        help="the log's format if its name does not say",
+    )
+    g.add_argument("--prompt-col", default="prompt", help="column identifying the prompt (default prompt)")
+    g.add_argument("--reward-col", default="reward", help="column with the reward (default reward)")
+    g.add_argument(
+        "--group-col",
+        help="column identifying a rollout's group; without it, consecutive "
+        "rows with the same prompt form a group",
+    )
+    g.add_argument(
+        "--correct-threshold",
+        type=float,
+        metavar="T",
+        help="a rollout is correct when its reward is > T (needed unless rewards are 0/1 or booleans)",
+    )
+    g.add_argument(
+        "--extreme",
+        type=float,
+        default=0.1,
+        help="prompts with p <= X or p >= 1 - X count as extreme in the mass shares (default 0.1)",
+    )
     p.set_defaults(run=_audit)
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from .reproduce import run
+
+    return run(args)
+
+
+def _add_reproduce(sub: argparse._SubParsersAction) -> None:
+    from_text = (
+        "the paper's exact group-size table and its controlled experiment (6,000 Bernoulli-logit prompts)"
+    )
+    p = sub.add_parser("reproduce", help="recompute " + from_text, description="Recompute " + from_text + ".")
+    p.add_argument("--prompts", type=int, default=6000, help="prompts in the experiment (default 6000)")
+    p.add_argument("--steps", type=int, default=150, help="GRPO steps (default 150)")
+    p.add_argument("--G", type=int, default=8, help="group size (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--plot", metavar="OUT.png|svg", help="draw the forecast against the measured fraction")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=_reproduce)
 
 
 def conventions_table() -> str:
     """The preset conventions as a markdown table (the README's conventions table)."""
+    from .conventions import PRESETS
+
     rows = [
         "| preset | ddof | eps | eps placement | scale | singleton group | source |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -70,6 +239,8 @@ def conventions_table() -> str:
 
 
 def _conventions(args: argparse.Namespace) -> int:
+    from .conventions import PRESETS
+
     if args.markdown:
         print(conventions_table())
     else:
@@ -85,7 +256,7 @@ def _add_conventions(sub: argparse._SubParsersAction) -> None:
 
 
 #: Sub-command registrars: each adds its parser and sets ``run``.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_audit, _add_conventions]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_audit, _add_reproduce, _add_conventions]
 
 
 def _add_check(sub: argparse._SubParsersAction) -> None:
@@ -131,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except (ValueError, TypeError) as exc:
         print(f"sigma-ref {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
 
 
 if __name__ == "__main__":  # pragma: no cover

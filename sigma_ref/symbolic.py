@@ -568,7 +568,9 @@ def aggregation_weight(
 
     ``length``: the response's token count ``|y_i|``; ``n_sequences``: responses in the
     batch; ``total_tokens``: unmasked tokens in the batch; ``horizon``: the constant
-    ``seq-mean-token-sum-norm`` divides by (the padded length, Dr. GRPO's constant).
+    ``seq-mean-token-sum-norm`` divides by: ``N_seq * C`` in verl 0.9.1 and TRL 1.16.0's
+    ``dr_grpo`` (``C`` the maximum completion length; ``sigma_ref.objectives``), ``C`` alone in
+    verl 0.4.1 to 0.6.0.
 
     ===========================  ===============================
     ``token-mean``               ``1 / total_tokens``

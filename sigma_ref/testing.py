@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._compare import mismatch_message
 from .conformance.diagnose import likely_cause
 from .conformance.reference import Reference, as_numpy, reference_for
 from .conventions import Convention
@@ -69,37 +70,6 @@ def _flat64(x: Any, name: str) -> np.ndarray:
         raise TypeError(f"{name}={x!r} must be a torch tensor or a numpy array of numbers") from None
 
 
-def mismatch_message(
-    actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float | np.ndarray
-) -> tuple[str, np.ndarray] | None:
-    """``None`` if close, else a message naming counts and the worst index, and the mask.
-
-    ``atol`` may be one number or one tolerance per element (the conformance suite's
-    working-precision bound); the message then states the tolerance at the worst index.
-    """
-    with np.errstate(invalid="ignore"):
-        ok = np.abs(actual - expected) <= atol + rtol * np.abs(expected)
-    ok &= np.isfinite(actual) | (actual == expected)
-    if ok.all():
-        return None
-    bad = ~ok
-    diff = np.where(np.isfinite(actual), np.abs(actual - expected), np.inf)
-    worst = int(np.argmax(np.where(bad, diff, -1.0)))
-    n_bad = int(bad.sum())
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = diff[worst] / abs(expected[worst]) if expected[worst] != 0 else np.inf
-    if np.ndim(atol) > 0:
-        bound = f"tolerance {np.asarray(atol)[worst] + rtol * abs(expected[worst]):.2g} there"
-    else:
-        bound = f"rtol={rtol:g}, atol={atol:g}"
-    msg = (
-        f"{n_bad} / {actual.size} advantages mismatched ({100 * n_bad / actual.size:.1f}%); "
-        f"greatest difference {diff[worst]:.3g} (relative {rel:.3g}) at index {worst}: "
-        f"actual={actual[worst]:.8g}, but should be {expected[worst]:.8g} ({bound})"
-    )
-    return msg, bad
-
-
 def assert_advantages_close(
     actual: Any,
     rewards: Any,
@@ -125,9 +95,10 @@ def assert_advantages_close(
     >>> assert_advantages_close(r - r.mean(), r, convention="paper")
     Traceback (most recent call last):
     ...
-    AssertionError: 4 / 4 advantages mismatched (100.0%); greatest difference 0.982 at index 0:
-    actual=0.75, but should be 1.7320508 (rtol=3e-05, atol=3e-05). Likely cause: advantages are
-    R - mean, not divided by the std: declare scale='none' (Dr. GRPO) or divide by the group std
+    AssertionError: 4 / 4 advantages mismatched (100.0%); greatest difference 0.982 (relative 0.567)
+    at index 0: actual=0.75, but should be 1.7320508 (rtol=3e-05, atol=3e-05). Possible cause (from
+    this input alone): advantages are R - mean, not divided by the std: declare scale='none' (Dr.
+    GRPO) or divide by the group std
     """
     __tracebackhide__ = True
     if (rtol is None) != (atol is None):
@@ -162,5 +133,5 @@ def assert_advantages_close(
     msg = found[0] + ctx
     cause = likely_cause(a, r, idx, ref)
     if cause:
-        msg += f". Likely cause: {cause}"
+        msg += f". Possible cause (from this input alone): {cause}"
     raise AssertionError(msg)

@@ -47,3 +47,28 @@ def test_loss_is_policy_gradient(sigma_ctx: Context, sigma_seed: int | None) -> 
 def test_loss_ignores_padding(sigma_ctx: Context, sigma_seed: int | None) -> None:
     """Padding tokens (mask = 0) get no gradient: dL/dlogp_it = 0 where mask_it = 0."""
     check_in_pytest(sigma_ctx, "loss_ignores_padding", seed=sigma_seed)
+
+
+def test_loss_aggregation(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """The per-token weights w_it = -dL/dlogp_it / A_i at ratio 1 are a known aggregation
+    (token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum),
+    measured on responses of lengths 1 to T; a declared aggregation must match them.
+    """
+    check_in_pytest(sigma_ctx, "loss_aggregation", seed=sigma_seed)
+
+
+def test_loss_clipped_surrogate(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """At ratios r != 1 the loss gradient is the clipped surrogate's: dL/dlogp_it = -w_it A_i r_it
+    inside [1 - eps_low, 1 + eps_high] and 0 where the clip is active for the sign of A_i (dual
+    clip: 0 for A < 0 beyond c), with the clip range declared or read off the gradient.
+    """
+    check_in_pytest(sigma_ctx, "loss_clipped_surrogate", seed=sigma_seed)
+
+
+def test_loss_objective(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """With a declared objective (PPO, dual clip, GSPO, CISPO; truncated importance sampling; a
+    k1/k2/k3 KL term in the loss or in the reward), dL/dlogp_it equals the oracle's per-token
+    gradient (sigma_ref.objectives.loss_gradient) at ratios inside and outside every clip range; a
+    mismatch names the term that differs.
+    """
+    check_in_pytest(sigma_ctx, "loss_objective", seed=sigma_seed)

@@ -46,3 +46,10 @@ def test_cuda_device(sigma_ctx: Context, sigma_seed: int | None) -> None:
     tolerance).
     """
     check_in_pytest(sigma_ctx, "cuda_device", seed=sigma_seed)
+
+
+def test_half_precision_silent(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """Silent groups stay 0 in float16 and bfloat16 too (an eps below float16's smallest subnormal, 6e-8,
+    rounds to 0 and gives 0/0): a WARN, as trainers feed float32 rewards.
+    """
+    check_in_pytest(sigma_ctx, "half_precision_silent", seed=sigma_seed)

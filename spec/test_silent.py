@@ -42,6 +42,14 @@ def test_singleton_groups(sigma_ctx: Context, sigma_seed: int | None) -> None:
     check_in_pytest(sigma_ctx, "singleton_groups", seed=sigma_seed)
 
 
+def test_non_dyadic_silent_group(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """A silent group of rewards that are not exact binary fractions (0.1, 0.3, 1/3, 0.7) still gets |A| <=
+    1e-2, never an O(1) advantage from a rounding residue divided by a tiny std (a WARN for code computing in
+    float32, where an eps below the rewards' rounding cannot guard it).
+    """
+    check_in_pytest(sigma_ctx, "non_dyadic_silent_group", seed=sigma_seed)
+
+
 def test_rejected_rows_ignored(sigma_ctx: Context, sigma_seed: int | None) -> None:
     """Layout token: a rejected response (response_mask all 0) gets A = 0 on every token and does
     not move its siblings' baseline: their advantages equal oracle(R) of the group without it

@@ -483,7 +483,9 @@ def test_matrix_rows_for_every_mode() -> None:
     grpo = by[("seed post", "grpo")]
     assert grpo.status == "checked" and grpo.declared == "post" and grpo.detected == "post"
     assert grpo.cells["identity"].outcome == "pass"
-    assert "output_dtype[float64, bfloat16, float16]" in grpo.cells["contract"].failed
+    # float32 results for other dtypes are hygiene: a WARN, not a FAIL
+    assert "output_dtype[float64, bfloat16, float16]" in grpo.cells["contract"].warned
+    assert grpo.cells["contract"].outcome == "pass"
     assert by[("seed post", "loss")].status == "n/a"
     for peer in PEERS[1:]:
         module = adapter_module(peer)
@@ -504,8 +506,30 @@ def test_run_adapter_reports_each_property() -> None:
     names = {r["property"] for r in results}
     assert {"output_shape", "advantage_values", "silent_group_zero", "dtype_accuracy"} <= names
     assert ctx.reference.name == "dr_grpo"
-    outcomes = {r["outcome"] for r in results}
-    assert outcomes <= {"passed", "failed", "advisory", "not applicable"}
+    verdicts = {r["verdict"] for r in results}
+    assert verdicts <= {"pass", "FAIL", "WARN", "NOTE", "skip"}
+
+
+@pytest.mark.slow
+def test_verdicts_do_not_depend_on_seed_or_threads() -> None:
+    """The verl part of the matrix, twice: another hypothesis seed and another torch thread count
+    give the same verdict for every property (docs/spec.md §7: a verdict never depends on them)."""
+    if not adapter_module("verl").available():
+        pytest.skip("verl is not installed (make peers)")
+    first = run_matrix(["verl"], max_examples=10, seed=0, threads=1)
+    second = run_matrix(["verl"], max_examples=10, seed=987654321, threads=2)
+
+    def verdicts(m):  # type: ignore[no-untyped-def]
+        return {
+            (r.mode, p["property"], p["param"]): p["verdict"]
+            for r in m.rows
+            if r.status == "checked"
+            for p in r.properties
+        }
+
+    a, b = verdicts(first), verdicts(second)
+    assert a.keys() == b.keys()
+    assert {k: (a[k], b[k]) for k in a if a[k] != b[k]} == {}
 
 
 def test_matrix_columns_are_the_suites_levels() -> None:

@@ -201,7 +201,15 @@ class Adapter:
     ``dtypes`` / ``devices``: what the implementation supports (the numerics checks skip
     the rest); ``ragged``: whether groups of different sizes may be mixed (``index``
     layout only). ``precision``: the precision its statistics are computed in
-    (``float64``, ``float32``, ...), or ``None`` to detect it. ``name``: how reports name it.
+    (``float64``, ``float32``, ...), or ``None`` to detect it. ``aggregation`` (and
+    ``aggregation_constant``, the ``C`` of seq-mean-token-sum-norm): the loss's declared
+    aggregation, a verl mode name or a TRL ``loss_type`` (``sigma_ref.objectives``), or
+    ``None`` to detect it. ``clip``: the declared ``(eps_low, eps_high)`` of a PPO loss and
+    ``dual_clip`` its ``c``, or ``None`` to read them off the gradient. ``objective``: a
+    :class:`sigma_ref.objectives.Objective` the loss implements (clip, GSPO, CISPO, importance
+    sampling, KL), checked by ``loss_objective``; the loss then also receives ``ref_logp`` and
+    ``rollout_logp`` when its signature names them. ``name``: how reports
+    name it.
 
     >>> import torch
     >>> def adv(rewards, group_size):
@@ -222,6 +230,11 @@ class Adapter:
     ragged: bool | None = None
     name: str = ""
     precision: str | None = None
+    aggregation: str | None = None
+    aggregation_constant: float | None = None
+    clip: tuple[float, float] | None = None
+    dual_clip: float | None = None
+    objective: Any = None
     inputs: Callable[..., Any] | None = None
     output: str | int | Callable[..., Any] | None = None
     returns: str | None = None
@@ -243,6 +256,14 @@ class Adapter:
         bad = [d for d in self.dtypes if d not in ALL_DTYPES]
         if bad:
             raise ValueError(f"Adapter dtypes has {bad}; choose from {ALL_DTYPES}")
+        if self.aggregation is not None:
+            from ..objectives import resolve_aggregation
+
+            resolve_aggregation(self.aggregation)  # a clear ValueError for an unknown name
+        if self.clip is not None and (
+            len(self.clip) != 2 or not all(isinstance(e, int | float) and 0 <= e < 1 for e in self.clip)
+        ):
+            raise ValueError(f"Adapter clip={self.clip!r} must be (eps_low, eps_high), each in [0, 1)")
         if self.precision is not None and self.precision not in ALL_DTYPES:
             raise ValueError(
                 f"Adapter precision={self.precision!r} must be one of {ALL_DTYPES} or None (detect it)"

@@ -65,6 +65,7 @@ class Detection:
     precision: str = "float64"
     residual: float = 0.0
     silent_below: float = 0.0
+    clip: float = 0.0
 
     @property
     def reference(self) -> Reference:
@@ -77,8 +78,8 @@ class Detection:
             ref = reference_for("rloo")
         else:
             ref = reference_for(self.nearest or PAPER.name)
-        if self.silent_below > 0:
-            ref = dataclasses.replace(ref, silent_below=self.silent_below)
+        if self.silent_below > 0 or self.clip > 0:
+            ref = dataclasses.replace(ref, silent_below=self.silent_below, clip=self.clip)
         return ref
 
     def fields(self) -> str:
@@ -96,6 +97,8 @@ class Detection:
         text = f"{d}, singleton={self.singleton}, silent={self.silent}"
         if self.silent_below > 0:
             text += f", spread filter std < {self.silent_below:.2g}"
+        if self.clip > 0:
+            text += f", advantages clamped to +-{self.clip:g}"
         return text
 
     def summary(self) -> str:
@@ -125,6 +128,7 @@ class Detection:
             "precision": self.precision,
             "residual": self.residual,
             "silent_below": self.silent_below,
+            "clip": self.clip,
         }
 
 
@@ -376,7 +380,47 @@ def _matches(conv: Convention, preset: Convention) -> list[str]:
 
 
 def detect_convention(adapter: Adapter) -> Detection:
-    """Probe ``adapter`` and name its convention (module doc: the probes).
+    """Probe ``adapter`` and name its convention (module doc: the probes), then look for a
+    clamp of the advantages (a group of 128 with one success, and ``[0, 0, 0, 40]``, whose
+    advantages exceed any clamp in use under every convention).
+
+    >>> from sigma_ref.conformance import oracle_adapter
+    >>> detect_convention(oracle_adapter("verl")).clip
+    0.0
+    """
+    det = _detect(adapter)
+    if det.family == "unknown":
+        return det
+    clip = _clamp(adapter, det.reference)
+    if clip:
+        notes = (
+            *det.notes,
+            f"advantages are clamped to [-{clip:g}, {clip:g}] (e.g. OpenRLHF's advantage clip)",
+        )
+        return dataclasses.replace(det, clip=clip, notes=notes)
+    return det
+
+
+def _clamp(adapter: Adapter, ref: Reference) -> float:
+    """The bound ``C`` of a clamp ``A -> clip(A, -C, C)``, or 0 when the probes show none."""
+    for R in (np.array([[1.0] + [0.0] * 127]), np.array([[0.0, 0.0, 0.0, 40.0]])):
+        a = _call(adapter, Batch.grouped(R))
+        if a is None or not np.isfinite(a).all():
+            continue
+        try:
+            e = as_numpy(ref.advantages(R.reshape(-1), np.zeros(R.size, dtype=np.int64)))
+        except Exception:
+            continue
+        top = float(np.abs(a).max())
+        if top < 0.999 * float(np.abs(e).max()) and abs(top - round(top)) < 1e-6 and top >= 1:
+            free = np.abs(e) < top
+            if np.allclose(a[free], e[free], rtol=1e-4, atol=1e-6):
+                return float(round(top))
+    return 0.0
+
+
+def _detect(adapter: Adapter) -> Detection:
+    """The probes of :func:`detect_convention` without the clamp probe.
 
     >>> from sigma_ref.conformance import oracle_adapter
     >>> detect_convention(oracle_adapter("verl")).preset

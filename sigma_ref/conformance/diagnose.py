@@ -97,7 +97,8 @@ def _explaining(
         return []
     finally:
         _TOL.update(saved)
-    return found
+    specific = [f for f in found if not f[0].startswith(("factor:", "clamp:"))]
+    return specific or found  # a constant factor or a clamp only when nothing more specific fits
 
 
 def diagnose_mismatch(ctx: Any, batch: Any, actual: np.ndarray) -> tuple[str | None, bool]:
@@ -121,6 +122,9 @@ def diagnose_mismatch(ctx: Any, batch: Any, actual: np.ndarray) -> tuple[str | N
         probes.append(Batch(*_PROBE_RAGGED))
     if any(k.startswith("singleton") for k, _ in candidates):
         probes.append(Batch.grouped([[0.7], [0.2], [1.0]]))
+    if any(k.startswith(("clamp:", "shards:")) for k, _ in candidates):
+        probes.append(Batch.grouped([[1.0] + [0.0] * 127, [0.0, 3.0] + [1.0] * 126, [0.5] * 64 + [2.0] * 64]))
+        probes.append(Batch.grouped(np.array(_PROBES_GROUPED * 3)[:, :3]))
     confirmed = []
     for probe in probes:
         try:
@@ -292,6 +296,16 @@ def _hypotheses(
                 lambda: as_numpy(ref.advantages(rewards, np.arange(rewards.size) % B)),
             )
         )
+    order_sorted = np.argsort(_sort_keys(index), kind="stable")
+    if not np.array_equal(order_sorted, np.arange(index.size)):
+        hypotheses.append(
+            (
+                "sorted_order",
+                "advantages come back in sorted-id order, not in the order of the inputs: the values are "
+                "right per group but permuted (scatter them back with the inverse of the sort)",
+                lambda: expected[order_sorted],
+            )
+        )
     _, first = np.unique(index, return_index=True)
     order = np.argsort(first, kind="stable")
     runs = np.repeat(np.arange(len(counts)), counts[order])
@@ -342,6 +356,27 @@ def _hypotheses(
             ),
         ),
     ]
+    for key, cause, predict in _lookup_hypotheses(rewards, index, ref, inv, counts):
+        tests.append((key, cause, (lambda predict=predict: _close(actual, predict()))))
+    top = float(np.abs(actual).max()) if actual.size else 0.0
+    if top > 0 and float(np.abs(expected).max()) > top * 1.001:
+        tests.append(
+            (
+                f"clamp:{top:.6g}",
+                f"advantages are clamped to [-{top:.6g}, {top:.6g}]: undeclared (an advantage clip such as "
+                "OpenRLHF's default 10 cuts A+ = sqrt((G-k)/k) of large groups)",
+                lambda: _close(actual, np.clip(expected, -top, top)),
+            )
+        )
+    if ref.family == "rloo":
+        sums = np.bincount(inv, rewards)[inv]
+        tests.append(
+            (
+                "rloo_divides_by_g",
+                "the leave-one-out mean divides by G instead of G - 1: A = R - (sum - R) / G",
+                lambda: _close(actual, rewards - (sums - rewards) / sizes),
+            )
+        )
     last = inv == inv[-1]
     tests.append(
         (
@@ -370,6 +405,79 @@ def _hypotheses(
         )
     )
     return tests
+
+
+def _lookup_hypotheses(
+    rewards: np.ndarray, index: np.ndarray, ref: Reference, inv: np.ndarray, counts: np.ndarray
+) -> list[tuple[str, str, Callable[[], np.ndarray]]]:
+    """Right statistics, wrong lookup: element ``i`` gets the mean and divisor of group ``h(i)``.
+
+    ``A_i = (R_i - mu_h(i)) / d_h(i)`` with the reference's per-group mean and divisor, for the
+    lookups trainers get wrong: statistics listed in first-seen order but indexed by the sorted
+    rank (``np.unique``'s inverse), statistics broadcast with ``repeat_interleave(counts)`` as if
+    groups were contiguous runs, and groups cut at data-parallel shard boundaries.
+    """
+    group, d, _ = ref.statistics(rewards, index)
+    n_groups = len(counts)
+    mean = np.bincount(group, rewards, minlength=n_groups) / counts
+    dg = np.zeros(n_groups)
+    dg[group] = d
+
+    def through(h: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(dg[h] > 0, (rewards - mean[h]) / np.where(dg[h] > 0, dg[h], 1.0), 0.0)
+
+    out: list[tuple[str, str, Callable[[], np.ndarray]]] = []
+    _, first = np.unique(index, return_index=True)
+    seen_rank = np.argsort(np.argsort(first, kind="stable"), kind="stable")  # sorted rank -> first-seen rank
+    by_seen = np.argsort(first, kind="stable")  # first-seen rank -> sorted rank
+    if not np.array_equal(seen_rank, np.arange(n_groups)):
+        out.append(
+            (
+                "first_seen_lookup",
+                "statistics are listed in first-seen id order but looked up with the sorted-id rank "
+                "(np.unique's inverse): each response gets another group's mean and std",
+                lambda: through(by_seen[inv]),
+            )
+        )
+        runs = np.searchsorted(np.cumsum(counts), np.arange(rewards.size), side="right")
+        out.append(
+            (
+                "runs_broadcast",
+                "per-id statistics are broadcast with repeat_interleave(counts), as if each group were a "
+                "contiguous run in sorted-id order: interleaved responses get other groups' statistics",
+                lambda: through(runs),
+            )
+        )
+    G = int(counts[0])
+    if (counts == G).all() and np.array_equal(inv, np.repeat(np.arange(n_groups), G)):
+        for k in (2, 4, 8):
+            size = -(-rewards.size // k)  # torch.chunk's shard size
+            if size % G == 0 or size >= rewards.size:
+                continue
+            pos = np.arange(rewards.size)
+            local = (pos // size) * (size // G + 1) + (pos % size) // G
+            shards = np.unique(local, return_inverse=True)[1].reshape(-1)
+
+            def split(shards: np.ndarray = shards) -> np.ndarray:
+                return as_numpy(ref.advantages(rewards, shards))
+
+            out.append(
+                (
+                    f"shards:{k}",
+                    f"groups are cut at the boundaries of {k} equal shards of the batch (statistics computed "
+                    "per data-parallel rank): a group split across shards is normalised in pieces",
+                    split,
+                )
+            )
+    return out
+
+
+def _sort_keys(index: np.ndarray) -> np.ndarray:
+    """Keys that sort like the ids (numbers numerically, anything else by its string)."""
+    if index.dtype.kind in "iuf":
+        return index
+    return np.array([str(x) for x in index.tolist()])
 
 
 def _divide_like(

@@ -48,7 +48,7 @@ LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numeric
 
 
 @contextlib.contextmanager
-def _matrix_profile() -> Iterator[None]:
+def _matrix_profile(threads: int = 1) -> Iterator[None]:
     """Hypothesis derandomized, no deadline, no database, and one torch thread; restored after.
 
     The suite's tensors are tiny: on a loaded two-core machine torch's intra-op thread pool
@@ -68,7 +68,7 @@ def _matrix_profile() -> Iterator[None]:
     previous = settings.get_current_profile_name()
     threads = torch.get_num_threads()
     settings.load_profile(_PROFILE)
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     try:
         yield
     finally:
@@ -151,7 +151,9 @@ def _compact(labels: list[str]) -> tuple[str, ...]:
     return tuple(f"{b}[{', '.join(p)}]" if p else b for b, p in grouped.items())
 
 
-def run_adapter(adapter: Adapter, *, max_examples: int = 25) -> tuple[list[dict[str, Any]], Any]:
+def run_adapter(
+    adapter: Adapter, *, max_examples: int = 25, seed: int = 0, threads: int = 1
+) -> tuple[list[dict[str, Any]], Any]:
     """Every property on ``adapter`` under its declared convention: outcomes and the context.
 
     Each outcome is ``{"property", "param", "level", "verdict", "message"}`` with ``verdict``
@@ -163,7 +165,7 @@ def run_adapter(adapter: Adapter, *, max_examples: int = 25) -> tuple[list[dict[
     from .properties import run_suite
     from .session import build_context
 
-    with _matrix_profile():
+    with _matrix_profile(threads):
         ctx = build_context(adapter)
         results = [
             {
@@ -173,7 +175,7 @@ def run_adapter(adapter: Adapter, *, max_examples: int = 25) -> tuple[list[dict[
                 "verdict": o.verdict,
                 "message": o.message.strip().splitlines()[0] if o.message.strip() else "",
             }
-            for o in run_suite(ctx, max_examples=max_examples, seed=0, shrink=False)
+            for o in run_suite(ctx, max_examples=max_examples, seed=seed, shrink=False)
         ]
     return results, ctx
 
@@ -268,9 +270,18 @@ def _declared(adapter: Adapter) -> str:
 
 
 def run_matrix(
-    peers: Sequence[str] = PEERS, *, max_examples: int = 25, modes: Sequence[str] | None = None
+    peers: Sequence[str] = PEERS,
+    *,
+    max_examples: int = 25,
+    modes: Sequence[str] | None = None,
+    seed: int = 0,
+    threads: int = 1,
 ) -> Matrix:
-    """Run the suite on every mode of every peer in ``peers`` (``modes``: only these ``peer:mode``)."""
+    """Run the suite on every mode of every peer in ``peers`` (``modes``: only these ``peer:mode``).
+
+    ``seed`` picks hypothesis's random stream and ``threads`` torch's intra-op threads; the
+    verdicts do not depend on either (tests/test_peers.py runs verl twice to show it).
+    """
     rows: list[Row] = []
     for peer in peers:
         module = adapter_module(peer)
@@ -283,7 +294,7 @@ def run_matrix(
             if modes is not None and f"{peer}:{mode}" not in modes:
                 continue
             start = time.perf_counter()
-            results, ctx = run_adapter(adapter, max_examples=max_examples)
+            results, ctx = run_adapter(adapter, max_examples=max_examples, seed=seed, threads=threads)
             det = ctx.detection
             rows.append(
                 Row(

@@ -26,13 +26,22 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from .. import strategies as sst
+from .._compare import mismatch_message
 from ..advantages import dapo_keep_mask
 from ..identity import decompose, policy_gradient
-from ..testing import mismatch_message
+from ..objectives import (
+    AGGREGATION_MODES,
+    Objective,
+    aggregation_weights,
+    detect_aggregation,
+    loss_gradient,
+    loss_gradient_terms,
+    resolve_aggregation,
+)
 from .adapter import Adapter, Batch
 from .detect import Detection
 from .diagnose import diagnose_mismatch
-from .precision import SAFETY, advantage_tolerance, coarser, unit_roundoff
+from .precision import PRECISIONS, SAFETY, advantage_tolerance, coarser, unit_roundoff
 from .reference import Reference, as_numpy
 
 __all__ = [
@@ -175,13 +184,15 @@ class Context:
     ) -> np.ndarray:
         """Per-element tolerance at the working precision for input ``dtype`` (:mod:`.precision`).
 
-        The working precision is the coarser of the implementation's (declared or
-        detected) and the input dtype's; groups a spread filter's threshold makes
-        ambiguous get an infinite tolerance.
+        The working precision is the coarsest of the implementation's (declared or
+        detected), the input dtype's and float32's: a deviation below float32's rounding
+        never changes training, so it is never a FAIL (a float64 path that mixes in one
+        float32 step, e.g. a Bessel factor from int counts, stays conformant). Groups a
+        spread filter's threshold makes ambiguous get an infinite tolerance.
         """
         exp = self.expected(batch) if expected is None else expected
         group, d, _ = self.reference.statistics(batch.rewards, batch.index)
-        work = coarser(self.precision, _dtype_name(dtype))
+        work = coarser(coarser(self.precision, _dtype_name(dtype)), "float32")
         tol = advantage_tolerance(batch.rewards, group, d, exp, precision=work, out_dtype=dtype)
         return np.where(self.reference.ambiguous(batch.rewards, batch.index), np.inf, tol)
 
@@ -303,6 +314,7 @@ def run_property(
         return
     strategy = prop.strategy(ctx, param)
     kw: dict[str, Any] = {
+        "deadline": None,  # a verdict never depends on the machine's load
         "database": None,
         "suppress_health_check": list(HealthCheck),
         "report_multiple_bugs": False,  # one failure, the smallest, as PropertyFailure
@@ -1095,15 +1107,20 @@ class _Policy:
 
 
 def _loss(
-    ctx: Context, logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, batch: Batch
+    ctx: Context,
+    logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    batch: Batch,
+    old_logp: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """The implementation's loss (ratio 1 unless ``old_logp`` is given); ``(loss, metrics)`` accepted."""
     assert ctx.adapter.loss is not None
+    where = "at ratio 1" if old_logp is None else "at ratio != 1"
     try:
-        out = ctx.adapter.loss(logp, logp.detach(), adv, mask)
+        out = ctx.adapter.loss(logp, logp.detach() if old_logp is None else old_logp, adv, mask)
     except Exception as exc:
-        raise PropertyFailure(
-            f"loss raised {type(exc).__name__}: {exc} [loss at ratio 1 on {batch!r}]"
-        ) from exc
+        raise PropertyFailure(f"loss raised {type(exc).__name__}: {exc} [loss {where} on {batch!r}]") from exc
     if isinstance(out, tuple | list) and out:
         out = out[0]  # (loss, metrics), as many trainers return
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
@@ -1281,6 +1298,430 @@ _register(
 )
 
 
+def _agg_policy(n: int, seed: int) -> _Policy:
+    """A policy whose responses have lengths 1, T and in between (and no empty row)."""
+    pol = _Policy.make(n, seed)
+    lengths = torch.tensor([1, _T, *[2 + (i % (_T - 1)) for i in range(max(0, n - 2))]][:n])
+    pol.mask = (torch.arange(_T).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    return pol
+
+
+def _check_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    batch, s = ex
+    pol = _agg_policy(batch.n, s)
+    w = -_token_weights(ctx, pol, batch, torch.ones(batch.n, dtype=torch.float64))
+    # modes differ by factors of at least 1 + 1/T on responses of different lengths; 1e-6 absorbs
+    # float32 losses and the n_i + 1e-8 that verl and OpenRLHF add to each sequence's length
+    rtol = 1e-6
+    try:
+        found = detect_aggregation(w, pol.mask, rtol=rtol)
+    except ValueError:
+        found = None
+    lengths = pol.mask.sum(-1).int().tolist()
+    seen = "unrecognised weights" if found is None else found[0] + (f", C = {found[1]:g}" if found[1] else "")
+    declared = ctx.adapter.aggregation
+    if declared is None:
+        raise PropertyFailure(
+            Finding(f"aggregation: {seen} [detected from dL/dlogp at ratio 1, lengths {lengths}, T = {_T}]"),
+            verdict="NOTE",
+        )
+    expected = aggregation_weights(pol.mask, declared, constant=ctx.adapter.aggregation_constant)
+    if torch.allclose(w, expected, rtol=rtol, atol=rtol * float(expected.abs().max())):
+        raise PropertyFailure(
+            Finding(f"aggregation: {resolve_aggregation(declared)} [declared, measured]"), "NOTE"
+        )
+    i = int(torch.argmax((w - expected).abs().sum(-1)))
+    cause = f"the loss applies {seen} weights"
+    on = pol.mask > 0
+    if found is None and resolve_aggregation(declared) == "token-mean":
+        # a token-mean whose normaliser differs between parts of the batch: per-micro-batch counts
+        per_row = [sorted({round(float(v), 12) for v in w[r][on[r]]}) for r in range(batch.n)]
+        if all(len(v) == 1 for v in per_row) and len({v[0] for v in per_row}) == 2:
+            cut = next(r for r in range(1, batch.n) if per_row[r] != per_row[r - 1])
+            if all(per_row[r] == per_row[0] for r in range(cut)) and all(
+                per_row[r] == per_row[cut] for r in range(cut, batch.n)
+            ):
+                n1, n2 = int(on[:cut].sum()), int(on[cut:].sum())
+                w1, w2 = per_row[0][0], per_row[cut][0]
+                cause = (
+                    f"rows 0-{cut - 1} get weight {w1:.4g} and rows {cut}-{batch.n - 1} {w2:.4g}: each part "
+                    f"of the batch is divided by its own token count ({n1} and {n2}) and the parts "
+                    f"averaged, a normaliser taken per micro-batch instead of over all {n1 + n2} tokens"
+                )
+                found = ("per-micro-batch token-mean", None)
+    if found is not None and found[0] == "seq-mean-token-sum-norm" and found[1] == _T:
+        if resolve_aggregation(declared) == "seq-mean-token-mean":
+            cause = (
+                f"each sequence is averaged over the padded length T = {_T} instead of its own length "
+                "(divide by mask.sum(-1), not by mask.shape[-1])"
+            )
+    raise PropertyFailure(
+        Finding(
+            f"per-token loss weights w[{i}] = {[round(float(v), 6) for v in w[i]]} (length {lengths[i]}), "
+            f"but should be {[round(float(v), 6) for v in expected[i]]} under the declared aggregation "
+            f"{resolve_aggregation(declared)}",
+            f"loss(logp, old_logp=logp, advantages=1, mask) on lengths {lengths}, T = {_T}",
+            cause=cause,
+            confirmed=found is not None,
+        )
+    )
+
+
+_register(
+    Property(
+        "loss_aggregation",
+        "identity",
+        "The per-token weights w_it = -dL/dlogp_it / A_i at ratio 1 are a known aggregation (token-mean, "
+        "seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum), measured on "
+        "responses of lengths 1 to T; a declared aggregation must match them.",
+        _check_aggregation,
+        lambda ctx, p: [(_BINARY[0], 0)],
+        applies=_needs_loss,
+    )
+)
+
+
+#: Ratios r = exp(logp - old_logp) on a grid over every clip range in use, placed half-way
+#: between round bounds (0.505, 0.515, ..., 1.595, then 1.65, 1.75, ..., 3.95), so a bound
+#: such as 1.28 or a dual clip of 3 falls strictly between two grid points.
+_RATIOS = torch.cat(
+    [
+        0.505 + 0.01 * torch.arange(110, dtype=torch.float64),
+        1.65 + 0.1 * torch.arange(24, dtype=torch.float64),
+    ]
+)
+
+
+def _clip_probe(n_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logp, old_logp, advantages, mask)``: one token per ratio, rows of +1 and -1 advantages."""
+    r = _RATIOS
+    logp = torch.zeros(2, r.numel(), dtype=torch.float64)
+    old = -torch.log(r).repeat(2, 1)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    return logp, old, adv, torch.ones_like(logp)
+
+
+def _bound(active: torch.Tensor, r: torch.Tensor, upper: bool) -> float | None:
+    """The clip bound a 0/1 pattern over the ratio grid shows (``None`` if the clip never acts)."""
+    if bool(active.all()):
+        return None
+    if upper:  # active below the bound
+        lo = float(r[active].max()) if bool(active.any()) else float(r.min())
+        hi = float(r[~active & (r > lo)].min()) if bool((~active & (r > lo)).any()) else lo
+    else:
+        hi = float(r[active].min()) if bool(active.any()) else float(r.max())
+        lo = float(r[~active & (r < hi)].max()) if bool((~active & (r < hi)).any()) else hi
+    return round((lo + hi) / 2, 2)
+
+
+def _check_clip(ctx: Context, ex: Any, p: Any) -> None:
+    logp, old, adv, mask = _clip_probe(_RATIOS.numel())
+    leaf = logp.clone().requires_grad_(True)
+    batch = Batch.grouped([[1.0, 0.0]])
+    out = _loss(ctx, leaf, adv, mask, batch, old_logp=old)
+    (grad,) = torch.autograd.grad(out, leaf, allow_unused=True)
+    g = torch.zeros_like(leaf) if grad is None else grad.detach()
+    # the aggregation weight of each token, measured at ratio 1: w_it = -dL/dlogp_it / A_i
+    leaf1 = logp.clone().requires_grad_(True)
+    (g1,) = torch.autograd.grad(_loss(ctx, leaf1, adv, mask, batch), leaf1, allow_unused=True)
+    w = -(torch.zeros_like(leaf1) if g1 is None else g1.detach()) / adv.unsqueeze(1)
+    if not bool((w > 0).all()):
+        row = 0 if not bool((w[0] > 0).all()) else 1
+        raise PropertyFailure(
+            Finding(
+                f"at ratio 1 the loss gives {'A > 0' if row == 0 else 'A < 0'} tokens dL/dlogp = "
+                f"{float(-w[row].min() * adv[row]):.3g}, but should be -w A with w > 0",
+                "loss(logp=0, old_logp=0, advantages=[+1, -1], mask=1)",
+                cause="a clip or cap acts at ratio 1 for this sign of the advantage (e.g. a dual clip "
+                "applied to A > 0, where it belongs to A < 0 only)",
+                confirmed=True,
+            )
+        )
+    r = _RATIOS
+    scale = float(w.abs().max()) * float(r.max())
+    zero = g.abs() <= 1e-9 * scale
+    declared = ctx.adapter.clip
+    high = _bound(~zero[0], r, upper=True)
+    low = _bound(~zero[1, r < 1.5], r[r < 1.5], upper=False)
+    dual = _bound(~zero[1, r > 1.5], r[r > 1.5], upper=True)
+    if declared is not None:
+        eps_low, eps_high = declared
+        obj = Objective(
+            "ppo",
+            eps_low=eps_low,
+            eps_high=eps_high,
+            dual_clip=ctx.adapter.dual_clip,
+            aggregation="token-sum",
+        )
+        how = "declared"
+    else:
+        eps_low = 0.2 if low is None else round(1 - low, 2)
+        eps_high = 0.2 if high is None else round(high - 1, 2)
+        obj = Objective(
+            "ppo",
+            eps_low=eps_low if low is not None else 10.0,
+            eps_high=eps_high if high is not None else 10.0,
+            dual_clip=dual,
+            aggregation="token-sum",
+        )
+        how = "detected"
+    pred = loss_gradient(obj, logp, old, adv, mask) * w
+    u_loss = unit_roundoff(out.dtype)
+    tol = SAFETY * (2 + math.log2(mask.numel())) * max(u_loss, PRECISIONS["float64"]) * scale + 1e-12 * scale
+    bad = (g - pred).abs() > tol + SAFETY * u_loss * pred.abs()
+    summary = (
+        f"clip range [{1 - eps_low if low is not None or declared else '-inf'}, "
+        f"{1 + eps_high if high is not None or declared else 'inf'}]"
+        + (f", dual clip {obj.dual_clip:g}" if obj.dual_clip else "")
+    )
+    if not bool(bad.any()):
+        raise PropertyFailure(Finding(f"PPO surrogate at ratios 0.5 to 4: {summary} [{how}]"), verdict="NOTE")
+    row, t = (int(v) for v in torch.nonzero(bad)[0])
+    sign = "A > 0" if row == 0 else "A < 0"
+    cause = None
+    if declared is not None and (high, low) != (None, None):
+        got = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+        cause = f"the loss clips at {got} (read off its gradient), not at the declared range"
+    raise PropertyFailure(
+        Finding(
+            f"dL/dlogp at ratio {float(r[t]):.3g} with {sign}: actual={float(g[row, t]):.6g}, but should be "
+            f"{float(pred[row, t]):.6g} under the {how} {summary} (gradient -w A r inside the trust region, "
+            f"0 where the clip is active for that sign of A); measured bounds: upper "
+            f"{high if high is not None else 'none'} for A > 0, lower {low if low is not None else 'none'} "
+            f"and dual {dual if dual is not None else 'none'} for A < 0",
+            "loss(logp=0, old_logp=-log r, advantages=[+1, -1], mask=1) with r on a grid from 0.5 to 4",
+            cause=cause,
+        )
+    )
+
+
+_register(
+    Property(
+        "loss_clipped_surrogate",
+        "identity",
+        "At ratios r != 1 the loss gradient is the clipped surrogate's: dL/dlogp_it = -w_it A_i r_it inside "
+        "[1 - eps_low, 1 + eps_high] and 0 where the clip is active for the sign of A_i (dual clip: 0 for "
+        "A < 0 beyond c), with the clip range declared or read off the gradient.",
+        _check_clip,
+        lambda ctx, p: [None],
+        applies=_needs_loss,
+    )
+)
+
+
+def _objective_probe() -> dict[str, torch.Tensor]:
+    """Designed inputs of :func:`_check_objective`: six responses of lengths 1 to 6, ratios on both
+    sides of every clip range (0.55 to 3.5), rollout-vs-training weights from 0.3 to 3 (a cap of
+    2 truncates some), a reference policy off by up to +-1 nat, advantages of both signs."""
+    gen = torch.Generator().manual_seed(20261202)
+    n, t = 6, 6
+    # per row: A > 0 rows see ratios on both sides of 1 + eps_high (1.25 lies between 1.2 and 1.28),
+    # A < 0 rows on both sides of 1 - eps_low and of a dual clip of 3
+    rows = [
+        [0.75, 1.05, 1.25, 1.35, 1.5, 2.2],
+        [0.55, 0.75, 0.85, 1.15, 3.5, 1.0],
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        [0.65, 0.85, 0.95, 1.25, 2.2, 3.5],
+        [1.15, 1.25, 0.55, 1.0, 1.0, 1.0],
+        [0.95, 1.05, 1.5, 0.65, 1.0, 1.0],
+    ]
+    lengths = torch.tensor([6, 5, 1, 6, 3, 4])
+    mask = (torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    logp = -0.1 - 2.5 * torch.rand(n, t, generator=gen, dtype=torch.float64)
+    old = logp - torch.log(torch.tensor(rows, dtype=torch.float64))
+    rho = torch.exp(torch.linspace(math.log(0.3), math.log(3.0), n * t, dtype=torch.float64)).reshape(n, t)
+    rollout = old - torch.log(rho)
+    ref = logp + (2 * torch.rand(n, t, generator=gen, dtype=torch.float64) - 1)
+    adv = torch.tensor([1.3, -0.7, 0.4, -1.1, 2.0, -0.2], dtype=torch.float64)
+    return {
+        "logp": logp,
+        "old_logp": old,
+        "rollout_logp": rollout,
+        "ref_logp": ref,
+        "advantages": adv,
+        "mask": mask,
+    }
+
+
+def _objective_alternatives(obj: Objective) -> list[tuple[str, Objective, float]]:
+    """``(what the code computes instead, objective, sign of its KL term)`` for the bugs trainers ship."""
+    alt: list[tuple[str, Objective, float]] = []
+
+    def rep(o: Objective, **changes: Any) -> Objective:
+        try:
+            return dataclasses.replace(o, **changes)
+        except ValueError:  # not a valid objective (e.g. a dual clip on GSPO): never matches
+            return o
+
+    if obj.kl is not None and obj.kl_coef != 0:
+        if obj.kl_placement == "loss":
+            alt.append(("the KL term's gradient has the wrong sign (the KL is maximised)", obj, -1.0))
+            alt.append(
+                ("the KL term has no gradient (missing or detached)", rep(obj, kl=None, kl_coef=0.0), 1.0)
+            )
+        for est in ("k1", "k2", "k3"):
+            if est != obj.kl or obj.kl_placement == "reward":
+                where = (
+                    "in the loss"
+                    if obj.kl_placement == "loss"
+                    else "in the loss, though it was declared in the reward"
+                )
+                alt.append(
+                    (
+                        f"the KL term is the {est} estimator {where}",
+                        rep(obj, kl=est, kl_placement="loss"),
+                        1.0,
+                    )
+                )
+    for mode in AGGREGATION_MODES:
+        if resolve_aggregation(obj.aggregation) != mode:
+            what = f"the loss aggregates with {mode}, not {resolve_aggregation(obj.aggregation)}"
+            if obj.kind == "gspo" and mode in ("token-mean", "token-sum"):
+                what = (
+                    f"the sequence ratio is broadcast over tokens and reduced with {mode}: each sequence is "
+                    "weighted by its length"
+                )
+            alt.append((what, rep(obj, aggregation=mode, constant=None), 1.0))
+    if obj.eps_high is not None and obj.eps_high != obj.eps_low and obj.kind != "cispo":
+        alt.append(
+            (
+                "the clip is symmetric at 1 +- eps_low, not [1 - eps_low, 1 + eps_high]",
+                rep(obj, eps_high=obj.eps_low),
+                1.0,
+            )
+        )
+    if obj.kind == "cispo":
+        alt.append(
+            (
+                "CISPO clips from below too (a PPO-style [1 - eps_low, 1 + eps_high])",
+                rep(obj, eps_low=0.2),
+                1.0,
+            )
+        )
+        alt.append(
+            (
+                "the ratio is clipped by PPO's surrogate, not CISPO's stop-gradient weight",
+                rep(obj, kind="ppo"),
+                1.0,
+            )
+        )
+    if obj.kind == "ppo":
+        alt.append(("the sequence-level (GSPO) ratio is used", rep(obj, kind="gspo"), 1.0))
+    if obj.kind == "gspo":
+        alt.append(("token-level ratios are used, not the sequence ratio", rep(obj, kind="ppo"), 1.0))
+    if obj.tis_cap is not None:
+        alt.append(("no rollout-vs-training importance correction", rep(obj, tis_cap=None), 1.0))
+        other = "sequence" if obj.tis_level == "token" else "token"
+        alt.append((f"the importance weight is taken per {other}", rep(obj, tis_level=other), 1.0))
+    return alt
+
+
+def _check_objective(ctx: Context, ex: Any, p: Any) -> None:
+    obj = ctx.adapter.objective
+    assert obj is not None and ctx.adapter.loss is not None
+    x = _objective_probe()
+    leaf = x["logp"].clone().requires_grad_(True)
+    accepted = _keyword_inputs(ctx.adapter.loss)
+    extra = {k: x[k] for k in ("ref_logp", "rollout_logp") if k in accepted}
+    named = "".join(", " + k for k in extra)
+    call = f"loss(logp, old_logp, advantages, mask{named}) on 6 responses of lengths 1-6"
+    try:
+        out = ctx.adapter.loss(leaf, x["old_logp"], x["advantages"], x["mask"], **extra)
+    except Exception as exc:
+        raise PropertyFailure(Finding(f"loss raised {type(exc).__name__}: {exc}", call)) from exc
+    if isinstance(out, tuple | list) and out:
+        out = out[0]
+    (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
+    g = torch.zeros_like(leaf) if grad is None else grad.detach()
+
+    def predict(o: Objective, kl_sign: float = 1.0) -> torch.Tensor:
+        terms = loss_gradient_terms(
+            o,
+            x["logp"],
+            x["old_logp"],
+            x["advantages"],
+            x["mask"],
+            ref_logp=x["ref_logp"],
+            rollout_logp=x["rollout_logp"],
+        )
+        return terms["policy"] + kl_sign * terms["kl"]
+
+    def close(pred: torch.Tensor) -> bool:
+        scale = float(pred.abs().max()) or 1.0
+        tol = 1e-6 * scale + SAFETY * unit_roundoff(out.dtype) * pred.abs()
+        return bool(((g - pred).abs() <= tol).all())
+
+    pred = predict(obj)
+    if close(pred):
+        raise PropertyFailure(
+            Finding(f"objective: {obj} [declared, matches the loss's gradient]"), verdict="NOTE"
+        )
+    cause = next(
+        (
+            what
+            for what, o, sign in _objective_alternatives(obj)
+            if (o != obj or sign < 0) and close(predict(o, sign))
+        ),
+        None,
+    )
+    i, t = (int(v) for v in torch.nonzero((g - pred).abs() == (g - pred).abs().max())[0])
+    terms = loss_gradient_terms(
+        obj,
+        x["logp"],
+        x["old_logp"],
+        x["advantages"],
+        x["mask"],
+        ref_logp=x["ref_logp"],
+        rollout_logp=x["rollout_logp"],
+    )
+    raise PropertyFailure(
+        Finding(
+            f"dL/dlogp[{i}, {t}] = {float(g[i, t]):.6g}, but should be {float(pred[i, t]):.6g} under the "
+            f"declared objective (policy term {float(terms['policy'][i, t]):.6g}, KL term "
+            f"{float(terms['kl'][i, t]):.6g}; ratio {float(torch.exp(x['logp'] - x['old_logp'])[i, t]):.3g}, "
+            f"A = {float(x['advantages'][i]):.3g})",
+            call,
+            cause=cause,
+            confirmed=cause is not None,
+        )
+    )
+
+
+def _keyword_inputs(fn: Any) -> set[str]:
+    """The parameter names of ``fn`` (all of them if it takes ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return {"ref_logp", "rollout_logp"}
+    return {p.name for p in params}
+
+
+_register(
+    Property(
+        "loss_objective",
+        "identity",
+        "With a declared objective (PPO, dual clip, GSPO, CISPO; truncated importance sampling; a k1/k2/k3 "
+        "KL term in the loss or in the reward), dL/dlogp_it equals the oracle's per-token gradient "
+        "(sigma_ref.objectives.loss_gradient) at ratios inside and outside every clip range; a mismatch "
+        "names the term that differs.",
+        _check_objective,
+        lambda ctx, p: [None],
+        applies=lambda ctx, p: (
+            _needs_loss(ctx, p)
+            or (
+                None
+                if ctx.adapter.objective is not None
+                else "no objective declared (Adapter(objective=...))"
+            )
+        ),
+    )
+)
+
+
 # ---------------------------------------------------------------------------------
 # level 3: silent groups and DAPO
 def _check_silent_zero(ctx: Context, batch: Batch, p: Any) -> None:
@@ -1305,6 +1746,45 @@ _register(
         lambda ctx, p: _batches(ctx, silent="always").flatmap(
             lambda b: _batches(ctx).map(lambda live: _concat(b, live))
         ),
+    )
+)
+
+
+#: Largest |A| a silent group of non-dyadic rewards may get: live advantages are at least
+#: 1/sqrt(G-1) in size, so 1e-2 leaves a factor > 10 below any update the group could give,
+#: while a float32 mean that is one ulp off divided by std + eps (eps >= 1e-6) stays far below it.
+_SILENT_NOISE = 1e-2
+
+
+def _check_non_dyadic_silent(ctx: Context, batch: Batch, p: Any) -> None:
+    a = ctx.flat(batch)
+    keep = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    bad = ~keep & (np.abs(a) > _SILENT_NOISE)
+    if bad.any():
+        i = int(np.argmax(bad))
+        ctx.fail(
+            f"out[{i}]={a[i]:.6g} in a silent group (all rewards {batch.rewards[i]:.17g}), but should be 0 "
+            f"(|A| <= {_SILENT_NOISE:g})",
+            batch,
+            cause="the group's mean of equal non-dyadic rewards is not exactly the reward, so R - mean is "
+            "a rounding residue ~1e-17 and a 'std > 0' guard divides it by a std of the same size; "
+            "test silence with max == min (or torch.std, which is exact here), or add an eps",
+        )
+
+
+_register(
+    Property(
+        "non_dyadic_silent_group",
+        "silent",
+        "A silent group of rewards that are not exact binary fractions (0.1, 0.3, 1/3, 0.7) still gets "
+        "|A| <= 1e-2, never an O(1) advantage from a rounding residue divided by a tiny std (a WARN for "
+        "code computing in float32, where an eps below the rewards' rounding cannot guard it).",
+        _check_non_dyadic_silent,
+        required=lambda ctx: ctx.precision == "float64",
+        examples=lambda ctx, p: [
+            Batch.grouped([[0.1] * 6, [0.3] * 6, [0.7] * 6, [1 / 3] * 6, [0.9, 0.2, 0.4, 0.1, 0.6, 0.3]]),
+            Batch.grouped([[0.1] * 3, [0.7] * 3, [0.2, 0.9, 0.4]]),
+        ],
     )
 )
 
@@ -1408,7 +1888,9 @@ _register(
         "DAPO's dynamic sampling keeps a group iff 0 < k < G (sigma > 0): the implementation's keep mask "
         "(or its set of groups with non-zero advantages) equals dapo_keep_mask(R).",
         _check_keep,
-        lambda ctx, p: list(_WITH_SILENT) + _BINARY,
+        # a silent group of non-dyadic rewards too: np.std([0.1] * 3) is 1.4e-17, not 0, so a
+        # `std > 0` filter keeps it
+        lambda ctx, p: [*_WITH_SILENT, *_BINARY, Batch.grouped([[0.1, 0.1, 0.1], [0.3, 0.7, 0.3]])],
         lambda ctx, p: _batches(ctx, binary=True),
     )
 )
@@ -1592,6 +2074,46 @@ _register(
         "advantages within the dtype's tolerance.",
         _check_half,
         _half_range,
+        applies=lambda ctx, p: (
+            None if {"float16", "bfloat16"} & set(ctx.adapter.dtypes) else "no half dtype declared"
+        ),
+    )
+)
+
+
+def _check_half_silent(ctx: Context, ex: tuple[Batch, str], p: Any) -> None:
+    batch, dtype_name = ex
+    out = ctx.call(batch, dtype=_DTYPES[dtype_name])
+    a = ctx.adapter.flat(out).detach().to("cpu", torch.float64).numpy()
+    silent = ~as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    bad = silent & ~(np.abs(a) <= 1e-3)
+    if bad.any():
+        i = int(np.argmax(bad))
+        eps = ctx.reference.eps
+        ctx.fail(
+            f"{dtype_name} advantages: out[{i}]={a[i]} in a silent group, but should be 0",
+            batch,
+            cause=f"std = 0 and the eps ({eps:g}) is below {dtype_name}'s smallest subnormal, so it "
+            "rounds to 0 and the division is 0/0; guard silent groups explicitly or compute in float32"
+            if 0 < eps < 6e-8 and dtype_name == "float16"
+            else "silent groups are not guarded in this dtype",
+            confirmed=0 < eps < 6e-8 and dtype_name == "float16",
+        )
+
+
+_register(
+    Property(
+        "half_precision_silent",
+        "numerics",
+        "Silent groups stay 0 in float16 and bfloat16 too (an eps below float16's smallest subnormal, "
+        "6e-8, rounds to 0 and gives 0/0): a WARN, as trainers feed float32 rewards.",
+        _check_half_silent,
+        lambda ctx, p: [
+            (Batch.grouped([[1.0] * 4, [0.0] * 4, [1.0, 0.0, 0.0, 0.0]]), d)
+            for d in ("float16", "bfloat16")
+            if d in ctx.adapter.dtypes
+        ],
+        required=lambda ctx: False,
         applies=lambda ctx, p: (
             None if {"float16", "bfloat16"} & set(ctx.adapter.dtypes) else "no half dtype declared"
         ),

@@ -40,6 +40,9 @@ class Reference:
     #: A spread filter: groups whose std (the convention's ddof) is below this are
     #: treated as silent (advantage 0), as code that drops near-constant groups does.
     silent_below: float = 0.0
+    #: A clamp of the advantages to ``[-clip, clip]`` (OpenRLHF's ``advantage_clip`` default
+    #: 10); 0 for none.
+    clip: float = 0.0
 
     @property
     def family(self) -> str:
@@ -74,6 +77,8 @@ class Reference:
             out = grpo_advantage(rewards, convention=self.convention, index=index)
         if self.silent_below > 0:
             out = np.where(self.filtered(rewards, index), 0.0, as_numpy(out))
+        if self.clip > 0:
+            out = np.clip(as_numpy(out), -self.clip, self.clip)
         return out
 
     def statistics(self, rewards: Any, index: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,8 +108,9 @@ class Reference:
         """Elements of groups a spread filter treats as silent (``std < silent_below``)."""
         if self.silent_below <= 0:
             return np.zeros(np.shape(rewards), dtype=bool)
-        _, _, std = self.statistics(rewards, index)
-        return std < self.silent_below
+        group, _, std = self.statistics(rewards, index)
+        sizes = np.bincount(group)[group]
+        return (std < self.silent_below) & (sizes > 1)  # a group of one follows the singleton rule
 
     def ambiguous(self, rewards: Any, index: Any) -> np.ndarray:
         """Elements of groups whose std is within a factor 1.5 of a spread filter's
@@ -126,6 +132,8 @@ class Reference:
             text = self.convention.describe()
         if self.silent_below > 0:
             text += f"; groups with std < {self.silent_below:.2g} treated as silent (spread filter)"
+        if self.clip > 0:
+            text += f"; advantages clamped to [-{self.clip:g}, {self.clip:g}]"
         return text
 
 

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..objectives import aggregation_weights as objective_weights
 from .adapter import LAYOUTS, Adapter, load_object
 
 __all__ = [
@@ -611,9 +612,10 @@ def _prediction(batch: _Batch, advantages: np.ndarray, mode: str) -> np.ndarray:
     theta = torch.tensor(batch.theta, requires_grad=True)
     logp = _token_logp(theta, torch.tensor(batch.feats), torch.tensor(batch.tokens))
     mask = torch.tensor(batch.mask)
-    w = aggregation_weights(
-        mode, mask, num_tokens=float(mask.sum()), num_seqs=float((mask.sum(-1) > 0).sum()), horizon=_T
-    )
+    # the oracle's weights (sigma_ref.objectives); this harness's seq-mean-token-sum-norm divides
+    # by the horizon T alone, i.e. the oracle's 1 / (N_seq C) with C = T / N_seq
+    n_seq = float((mask.sum(-1) > 0).sum())
+    w = objective_weights(mask, mode, constant=_T / n_seq if mode == "seq-mean-token-sum-norm" else None)
     (-(w * torch.tensor(advantages)[:, None] * logp).sum()).backward()
     return theta.grad.numpy()
 

@@ -65,9 +65,9 @@ def build_context(
         precision = adapter.precision or detection.precision
     declared: Any = convention if convention != "auto" else adapter.convention
     if declared is not None:
-        ref = reference_for(declared)
-        if detection.silent_below > 0:
-            ref = dataclasses.replace(ref, silent_below=detection.silent_below)
+        ref = reference_for(
+            declared
+        )  # exactly the declared convention: a detected clamp or filter is a deviation
         return Context(adapter, ref, detection, ref.name, precision=precision, strict=strict)
     return Context(adapter, detection.reference, detection, None, precision=precision, strict=strict)
 

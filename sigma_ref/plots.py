@@ -1,0 +1,145 @@
+"""Figures of the audit and of ``sigma-ref reproduce`` (matplotlib, Agg backend; the ``audit`` extra).
+
+Every figure is ``FIGSIZE`` inches at ``DPI`` (``PNG_SIZE`` pixels as PNG); the format
+follows the file name (``.png`` or ``.svg``).
+
+* :func:`plot_pass_rates` and :func:`plot_rollouts`: the silent-group rate against ``G``
+  (closed form ``mean p**G + (1-p)**G``; for a log also the unbiased subsampled estimate
+  and the observed fraction at the logged ``G``, which is marked), the histogram of the
+  pass rates, and the fidelity against ``G`` for a few ``p``.
+* :func:`plot_experiment`: the controlled experiment's measured silent fraction per step
+  against the forecast.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FIGSIZE", "DPI", "PNG_SIZE", "plot_pass_rates", "plot_rollouts", "plot_experiment"]
+
+FIGSIZE = (13.0, 3.8)
+DPI = 100
+PNG_SIZE = (1300, 380)
+FIDELITY_P = (0.5, 0.3, 0.1, 0.05, 0.01)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:  # pragma: no cover - the audit extra is installed in tests
+        raise ImportError("--plot needs matplotlib: pip install 'sigma-ref[audit]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: str) -> None:
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in {".png", ".svg"}:
+        raise ValueError(f"--plot {path}: use a .png or .svg file name")
+    fig.savefig(path, dpi=DPI, format=ext[1:], metadata={"Date": None} if ext == ".svg" else None)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _sizes(top: int) -> np.ndarray:
+    return np.unique(np.round(np.geomspace(2, max(top, 4), 40)).astype(int))
+
+
+def _fidelity_panel(ax: Any, logged: int | None) -> None:
+    from .difficulty import fidelity
+
+    Gs = _sizes(512)
+    for p in FIDELITY_P:
+        ax.plot(Gs, np.asarray(fidelity(p, Gs)), label=f"p = {p:g}")
+    if logged:
+        ax.axvline(logged, color="grey", ls=":", lw=1)
+    ax.set(xscale="log", xlabel="group size G", ylabel="fidelity E[g] / sqrt(p(1-p))", title="Fidelity")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7)
+
+
+def _hist_panel(ax: Any, p: np.ndarray) -> None:
+    ax.hist(p, bins=np.linspace(0, 1, 41), color="tab:blue")
+    ax.set(xlabel="pass rate p", ylabel="prompts", title=f"Pass rates ({p.size:,} prompts)")
+
+
+def _silent_closed(p: np.ndarray, Gs: np.ndarray) -> np.ndarray:
+    from .difficulty import silent_group_rate
+
+    values, counts = np.unique(p, return_counts=True)
+    rates = np.asarray(silent_group_rate(values[:, None], Gs[None, :]))
+    return (rates * counts[:, None]).sum(axis=0) / counts.sum()
+
+
+def plot_pass_rates(p: Any, G: int, path: str) -> None:
+    """The audit's figure for pass rates ``p`` at group size ``G``, written to ``path``."""
+    plt = _pyplot()
+    p = np.asarray(p, dtype=np.float64).reshape(-1)
+    fig, axes = plt.subplots(1, 3, figsize=FIGSIZE)
+    Gs = _sizes(max(256, 4 * G))
+    axes[0].plot(Gs, _silent_closed(p, Gs), label="p^G + (1-p)^G")
+    axes[0].axvline(G, color="grey", ls=":", lw=1, label=f"G = {G}")
+    axes[0].set(xscale="log", xlabel="group size G", ylabel="silent-group rate", title="Silent groups")
+    axes[0].set_ylim(0, 1)
+    axes[0].legend(fontsize=7)
+    _hist_panel(axes[1], p)
+    _fidelity_panel(axes[2], G)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_rollouts(log: Any, result: Any, path: str) -> None:
+    """The audit's figure for a rollout log (:func:`sigma_ref.rollouts.read_rollouts`)."""
+    from .rollouts import subsampled_silent_rate
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=FIGSIZE)
+    p = log.k / log.n
+    Gs = _sizes(max(256, int(log.n.max())))
+    ax = axes[0]
+    ax.plot(Gs, _silent_closed(p, Gs), label="plug-in p^G + (1-p)^G, p = k/n")
+    sub_G = Gs[Gs <= log.n.max()]
+    sub = [np.nanmean(subsampled_silent_rate(log.n[log.n >= g], log.k[log.n >= g], int(g))) for g in sub_G]
+    ax.plot(sub_G, sub, "--", label="subsampled (C(k,G)+C(n-k,G))/C(n,G)")
+    logged = result.logged_G
+    row = next((r for r in result.silent if r.G == logged and r.observed is not None), None)
+    if row is not None:
+        ax.errorbar(
+            [logged], [row.observed], yerr=[2 * row.observed_se], fmt="o", color="k", label="observed"
+        )
+    if logged:
+        ax.axvline(logged, color="grey", ls=":", lw=1, label=f"logged G = {logged}")
+    ax.set(xscale="log", xlabel="group size G", ylabel="silent-group rate", title="Silent groups")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    _hist_panel(axes[1], p)
+    _fidelity_panel(axes[2], logged)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_experiment(experiment: Any, path: str) -> None:
+    """The controlled experiment: measured silent fraction per step against the forecast."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=FIGSIZE, gridspec_kw={"width_ratios": [2, 1]})
+    steps = np.arange(experiment.steps)
+    axes[0].plot(steps, experiment.measured, ".", ms=4, label="measured (silent groups / prompts)")
+    axes[0].plot(steps, experiment.forecast, "-", label="forecast sum_x p_x^G + (1-p_x)^G")
+    axes[0].set(
+        xlabel="GRPO step",
+        ylabel="silent fraction",
+        title=f"{experiment.prompts:,} prompts, G = {experiment.G}",
+    )
+    axes[0].legend(fontsize=8)
+    lo, hi = float(min(experiment.forecast.min(), experiment.measured.min())), 1.0
+    axes[1].plot([lo, hi], [lo, hi], color="grey", lw=1)
+    axes[1].plot(experiment.forecast, experiment.measured, ".", ms=4)
+    axes[1].set(xlabel="forecast", ylabel="measured", title=f"R^2 = {experiment.r_squared:.4f}")
+    fig.tight_layout()
+    _save(fig, path)
