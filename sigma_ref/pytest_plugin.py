@@ -20,7 +20,9 @@ Conformance options (used by ``spec/``; nothing changes unless one is given):
 * ``--impl pkg.module:attr``: the implementation under test, a plain function or a
   ``sigma_ref.conformance.Adapter`` (default: the oracle itself, so the suite checks
   itself in every run);
-* ``--layout contiguous|index|grouped``: how a plain function is called;
+* ``--layout contiguous|index|grouped|token|keep-mask``: how a plain function is called;
+* ``--sigma-ref-output KEY|INDEX``: where the advantages are in the result (``sigma-ref
+  check --output``);
 * ``--loss pkg.module:loss``: ``loss(logp, old_logp, advantages, mask) -> scalar``, enables
   the gradient checks;
 * ``--convention auto|<preset>|rloo``: what the implementation should compute (default
@@ -84,8 +86,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--layout",
         default=None,
-        choices=("contiguous", "index", "grouped"),
-        help="how a plain function is called: fn(rewards, G), fn(rewards, index) or fn(rewards[B, G])",
+        choices=("contiguous", "index", "grouped", "token", "keep-mask"),
+        help="how a plain function is called: fn(rewards, G), fn(rewards, index), fn(rewards[B, G]), "
+        "fn(token_level_rewards, response_mask, index) or a keep-mask filter fn(rewards, index)",
+    )
+    group.addoption(
+        "--sigma-ref-output",
+        default=None,
+        metavar="KEY|INDEX",
+        help="where the advantages are in what the function returns: o[KEY] or o[INDEX]",
     )
     group.addoption(
         "--loss",
@@ -130,6 +139,7 @@ def conformance_context(config: pytest.Config) -> Any:
                 convention=config.getoption("convention"),
                 precision=config.getoption("sigma_ref_precision", "auto") or "auto",
                 strict=bool(config.getoption("sigma_ref_strict", False)),
+                output=config.getoption("sigma_ref_output", None),
             )
         except (ValueError, TypeError) as exc:
             raise pytest.UsageError(f"sigma-ref: {exc}") from None

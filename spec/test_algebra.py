@@ -67,3 +67,11 @@ def test_partial_trailing_group(sigma_ctx: Context, sigma_seed: int | None) -> N
     responses as a group of their own; it never returns values computed from missing or padded entries.
     """
     check_in_pytest(sigma_ctx, "partial_trailing_group", seed=sigma_seed)
+
+
+def test_token_reward_position(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """Layout token: the scalar reward of a response is read at its last valid token (or the row is
+    summed), not at the last column: with every response shorter than T, the advantage at the last
+    valid token equals oracle(R).
+    """
+    check_in_pytest(sigma_ctx, "token_reward_position", seed=sigma_seed)

@@ -53,3 +53,18 @@ def test_output_detached(sigma_ctx: Context, sigma_seed: int | None) -> None:
 def test_rejects_malformed(sigma_ctx: Context, sigma_seed: int | None) -> None:
     """A NaN reward raises, or at least stays confined to its own group (advisory)."""
     check_in_pytest(sigma_ctx, "rejects_malformed", seed=sigma_seed)
+
+
+def test_token_broadcast(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """Layout token: the advantage is broadcast over the response, A_it = A_i on every valid token
+    and A_it = 0 where response_mask is 0; token_level_rewards and response_mask are not mutated.
+    """
+    check_in_pytest(sigma_ctx, "token_broadcast", seed=sigma_seed)
+
+
+def test_token_returns(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """Layout token: returns (a tuple's second item, or a dict's 'returns') are what the
+    implementation declares; returns='advantages' (verl's outcome estimators) means returns ==
+    advantages exactly.
+    """
+    check_in_pytest(sigma_ctx, "token_returns", seed=sigma_seed)

@@ -48,3 +48,28 @@ def test_non_dyadic_silent_group(sigma_ctx: Context, sigma_seed: int | None) -> 
     float32, where an eps below the rewards' rounding cannot guard it).
     """
     check_in_pytest(sigma_ctx, "non_dyadic_silent_group", seed=sigma_seed)
+
+
+def test_rejected_rows_ignored(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """Layout token: a rejected response (response_mask all 0) gets A = 0 on every token and does
+    not move its siblings' baseline: their advantages equal oracle(R) of the group without it
+    (counting it as reward 0, as verl 0.9.1 does, is a WARN with the measured change).
+    """
+    check_in_pytest(sigma_ctx, "rejected_rows_ignored", seed=sigma_seed)
+
+
+def test_nan_rows_confined(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """Layout token: a response with a NaN reward raises, or leaves its siblings' baseline unmoved
+    (their advantages equal oracle(R) of the group without it) and other groups untouched; NaN
+    siblings are a WARN, silently moved finite values a FAIL.
+    """
+    check_in_pytest(sigma_ctx, "nan_rows_confined", seed=sigma_seed)
+
+
+def test_keep_mask_rule(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    """A dynamic-sampling filter keeps a response iff 0 < k < G in its group, k counted on its
+    declared metric: accuracy (R > 0.5; rewards are accuracy plus a bonus in [0, 0.5)), so shaped
+    rewards that differ while every response is right (or wrong) are dropped, or the reward (keep
+    iff not all equal); per response or per group.
+    """
+    check_in_pytest(sigma_ctx, "keep_mask_rule", seed=sigma_seed)

@@ -6,7 +6,20 @@ A plain function is enough; its *layout* says how it is called:
   consecutive runs of ``group_size``, as in TRL and OpenRLHF);
 * ``index``: ``fn(rewards: Tensor[N], index: numpy.ndarray[N]) -> Tensor[N]`` (groups by
   id, ragged and interleaved, as verl's ``uid``);
-* ``grouped``: ``fn(rewards: Tensor[B, G]) -> Tensor[B, G]``.
+* ``grouped``: ``fn(rewards: Tensor[B, G]) -> Tensor[B, G]``;
+* ``token``: ``fn(token_level_rewards: Tensor[N, T], response_mask: Tensor[N, T], index:
+  numpy.ndarray[N]) -> Tensor[N, T]`` or a tuple whose first item is (verl's
+  ``compute_grpo_outcome_advantage`` returns ``(advantages, returns)``). The suite builds
+  the token inputs itself: varied response lengths (1 to T), the scalar reward on the last
+  valid token, zeros elsewhere, the mask 1 on the valid tokens (:func:`token_inputs`); the
+  advantage properties read each row's value at its last valid token;
+* ``keep-mask``: ``fn(rewards: Tensor[N], index: numpy.ndarray[N]) -> bool[N]`` (or one
+  bool per group, in first-seen or sorted id order, detected): a DAPO dynamic-sampling
+  filter; the advantage properties do not apply to it.
+
+Real signatures plug in with two hooks: ``inputs(rewards, index, layout_args) -> (args,
+kwargs)`` builds the call (e.g. a dict batch with string prompt ids) and ``output`` picks
+the advantages out of what comes back (a key, an index or a callable).
 
 An :class:`Adapter` wraps such a function together with an optional loss
 ``loss(logp, old_logp, advantages, mask) -> scalar Tensor`` (per-token tensors
@@ -20,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -28,10 +42,26 @@ import torch
 
 from ..conventions import Convention
 
-__all__ = ["Adapter", "Batch", "LAYOUTS", "load_object", "load_adapter", "oracle_adapter"]
+__all__ = [
+    "Adapter",
+    "Batch",
+    "LAYOUTS",
+    "CallMismatch",
+    "check_call",
+    "token_inputs",
+    "load_object",
+    "load_adapter",
+    "oracle_adapter",
+]
 
-Layout = Literal["contiguous", "index", "grouped"]
-LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped")
+Layout = Literal["contiguous", "index", "grouped", "token", "keep-mask"]
+LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask")
+#: Layouts that group by an index (ragged and interleaved groups allowed).
+_BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask")
+#: The padded response length of the token layout's inputs, and the response lengths the
+#: suite gives rows 0, 1, 2, ... (cycled): length 1 and the full length T come first.
+TOKEN_T = 6
+_TOKEN_LENGTHS = (1, TOKEN_T, 3, 2, 5, 4)
 ALL_DTYPES: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
 
 
@@ -99,6 +129,65 @@ def _describe(fn: Any) -> str:
     return f"{module}:{name}"
 
 
+def token_lengths(n: int, T: int = TOKEN_T) -> torch.Tensor:
+    """The response lengths the suite gives ``n`` rows: 1, T, 3, 2, 5, 4, 1, T, ... (int64)."""
+    cycle = [min(length, T) for length in _TOKEN_LENGTHS]
+    return torch.tensor([cycle[i % len(cycle)] for i in range(n)], dtype=torch.int64)
+
+
+def token_inputs(
+    rewards: torch.Tensor, lengths: torch.Tensor | None = None, T: int = TOKEN_T
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(token_level_rewards [N, T], response_mask [N, T])`` for flat ``rewards [N]``.
+
+    Row ``i`` has ``lengths[i]`` valid tokens (default :func:`token_lengths`; 0 gives an
+    all-zero mask and no reward); its scalar reward sits on its last valid token, zeros
+    elsewhere. Both tensors have the rewards' dtype and device; the token rewards keep the
+    rewards' autograd graph.
+
+    >>> tok, mask = token_inputs(torch.tensor([1.0, 2.0]), torch.tensor([1, 3]), T=4)
+    >>> tok.tolist(), mask.tolist()
+    ([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0]], [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
+    """
+    n = rewards.shape[0]
+    lengths = token_lengths(n, T) if lengths is None else lengths.to(torch.int64)
+    positions = torch.arange(T, device=rewards.device).unsqueeze(0)
+    lengths = lengths.to(rewards.device)
+    mask = (positions < lengths.unsqueeze(1)).to(rewards.dtype)
+    last = positions == (lengths - 1).unsqueeze(1)  # no token for an empty row
+    tok = torch.where(last, rewards.unsqueeze(1), torch.zeros((), dtype=rewards.dtype, device=rewards.device))
+    return tok, mask
+
+
+class CallMismatch(ValueError):  # noqa: N818 (a signature that does not fit, reported as such)
+    """The first designed probe could not call the implementation as its layout says."""
+
+
+def _shape_of(value: Any) -> str:
+    """A value's type and shape for messages: ``Tensor[float64, (8,)]``, ``dict{a: ...}``."""
+    if isinstance(value, torch.Tensor):
+        return f"Tensor[{str(value.dtype).removeprefix('torch.')}, {tuple(value.shape)}]"
+    if isinstance(value, np.ndarray):
+        return f"ndarray[{value.dtype}, {value.shape}]"
+    if isinstance(value, dict):
+        items = ", ".join(f"{k!r}: {_shape_of(v)}" for k, v in list(value.items())[:8])
+        return "dict{" + items + "}"
+    if isinstance(value, list | tuple):
+        kinds = sorted({type(v).__name__ for v in value})
+        inner = ", ".join(_shape_of(v) for v in value[:4]) if isinstance(value, tuple) else "/".join(kinds)
+        return f"{type(value).__name__}[{inner}] (len {len(value)})"
+    if isinstance(value, int | float | bool | str):
+        return f"{type(value).__name__} {value!r}"
+    return type(value).__name__
+
+
+def _pick(out: Any, output: str | int | Callable[..., Any]) -> Any:
+    """``out[key]``, ``out[i]`` or ``output(out)``."""
+    if callable(output):
+        return output(out)
+    return out[output]
+
+
 @dataclasses.dataclass(frozen=True)
 class Adapter:
     """An implementation under test: its advantage function, layout and capabilities.
@@ -146,6 +235,11 @@ class Adapter:
     clip: tuple[float, float] | None = None
     dual_clip: float | None = None
     objective: Any = None
+    inputs: Callable[..., Any] | None = None
+    output: str | int | Callable[..., Any] | None = None
+    returns: str | None = None
+    keep_metric: str = "reward"
+    keep_order: str | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.advantages):
@@ -155,7 +249,7 @@ class Adapter:
                 f"Adapter layout={self.layout!r} must be one of {LAYOUTS}: how the advantage "
                 "function is called (see sigma_ref.conformance.adapter)"
             )
-        for field in ("loss", "keep_mask"):
+        for field in ("loss", "keep_mask", "inputs"):
             value = getattr(self, field)
             if value is not None and not callable(value):
                 raise TypeError(f"Adapter {field}={value!r} must be callable or None")
@@ -174,10 +268,24 @@ class Adapter:
             raise ValueError(
                 f"Adapter precision={self.precision!r} must be one of {ALL_DTYPES} or None (detect it)"
             )
+        if self.output is not None and not isinstance(self.output, str | int) and not callable(self.output):
+            raise TypeError(f"Adapter output={self.output!r} must be a key, an index, a callable or None")
+        if self.returns not in (None, "advantages"):
+            raise ValueError(f"Adapter returns={self.returns!r} must be 'advantages' or None (not checked)")
+        if self.keep_metric not in ("accuracy", "reward"):
+            raise ValueError(f"Adapter keep_metric={self.keep_metric!r} must be 'accuracy' or 'reward'")
+        if self.keep_order not in (None, "response", "first-seen", "sorted"):
+            raise ValueError(
+                f"Adapter keep_order={self.keep_order!r} must be 'response', 'first-seen', 'sorted' or None"
+            )
+        if self.layout == "keep-mask" and self.keep_mask is None:
+            object.__setattr__(self, "keep_mask", self.advantages)
         if self.ragged is None:
-            object.__setattr__(self, "ragged", self.layout == "index")
-        if self.ragged and self.layout != "index":
-            raise ValueError(f"Adapter ragged=True needs layout='index', not {self.layout!r}")
+            object.__setattr__(self, "ragged", self.layout in _BY_INDEX)
+        if self.ragged and self.layout not in _BY_INDEX:
+            raise ValueError(
+                f"Adapter ragged=True needs layout 'index', 'token' or 'keep-mask', not {self.layout!r}"
+            )
         if not self.name:
             object.__setattr__(self, "name", _describe(self.advantages))
         object.__setattr__(self, "dtypes", tuple(self.dtypes))
@@ -186,22 +294,84 @@ class Adapter:
     # -- calling -------------------------------------------------------------------
     def accepts(self, batch: Batch) -> bool:
         """Whether this layout can take ``batch`` (contiguous equal groups, or ragged)."""
-        return self.layout == "index" or batch.group_size is not None
+        return self.layout in _BY_INDEX or batch.group_size is not None
 
-    def call_raw(self, batch: Batch, rewards: torch.Tensor, fn: Callable[..., Any] | None = None) -> Any:
-        """Call ``fn`` (default the advantage function) as the layout says; raw output."""
-        fn = self.advantages if fn is None else fn
-        if self.layout == "index":
-            return fn(rewards, batch.index.copy())
+    def layout_args(
+        self, batch: Batch, rewards: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> tuple[Any, ...]:
+        """The positional arguments the layout passes for ``batch`` (before the ``inputs`` hook)."""
+        if self.layout in ("index", "keep-mask"):
+            return (rewards, batch.index.copy())
+        if self.layout == "token":
+            return (*token_inputs(rewards, lengths), batch.index.copy())
         G = batch.group_size
         if G is None:
             raise ValueError(f"layout {self.layout!r} takes contiguous groups of one size; got {batch!r}")
         if self.layout == "contiguous":
-            return fn(rewards, G)
-        return fn(rewards.reshape(-1, G))
+            return (rewards, G)
+        return (rewards.reshape(-1, G),)
+
+    def build_call(
+        self, batch: Batch, rewards: torch.Tensor, args: tuple[Any, ...] | None = None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``(args, kwargs)`` of the call: the layout's arguments (``args``, default
+        :meth:`layout_args`), through ``inputs`` if given."""
+        args = self.layout_args(batch, rewards) if args is None else args
+        if self.inputs is None:
+            return args, {}
+        built = self.inputs(rewards, batch.index.copy(), args)
+        if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], dict)):
+            raise TypeError(f"Adapter inputs returned {_shape_of(built)}, but should return (args, kwargs)")
+        return tuple(built[0]), dict(built[1])
+
+    def pick(self, out: Any) -> Any:
+        """The advantages in a raw output: ``output`` applied (token layout: a tuple's first item)."""
+        if self.output is not None:
+            return _pick(out, self.output)
+        if self.layout == "token" and isinstance(out, tuple | list) and out:
+            return out[0]
+        return out
+
+    def second_output(self, out: Any) -> Any:
+        """The ``returns`` of a token-layout output: a tuple's second item or a dict's ``"returns"``."""
+        if isinstance(out, tuple | list) and len(out) >= 2:
+            return out[1]
+        if isinstance(out, dict):
+            return out.get("returns")
+        return None
+
+    def call_token(
+        self, batch: Batch, rewards: torch.Tensor, lengths: torch.Tensor | None = None, fn: Any = None
+    ) -> tuple[tuple[Any, ...], Any, Any]:
+        """Token layout: ``(layout args, raw output, advantages [N, T])`` for ``lengths``."""
+        fn = self.advantages if fn is None else fn
+        given = self.layout_args(batch, rewards, lengths)
+        args, kwargs = self.build_call(batch, rewards, given)
+        raw = fn(*args, **kwargs)
+        return given, raw, self.pick(raw)
+
+    def call_raw(self, batch: Batch, rewards: torch.Tensor, fn: Callable[..., Any] | None = None) -> Any:
+        """Call ``fn`` (default the advantage function) as the layout says; the advantages as returned.
+
+        Layout ``token``: one value per row, read at the row's last valid token (the
+        broadcast over the row is a property of its own); a result that is not ``[N, T]``
+        raises :class:`CallMismatch`.
+        """
+        fn = self.advantages if fn is None else fn
+        if self.layout == "token":
+            (tok, _, _), _, adv = self.call_token(batch, rewards, fn=fn)
+            if not isinstance(adv, torch.Tensor) or tuple(adv.shape) != tuple(tok.shape):
+                raise CallMismatch(
+                    f"token layout: the advantages are {_shape_of(adv)}, but should be a Tensor of shape "
+                    f"[N, T] = {tuple(tok.shape)} like token_level_rewards"
+                )
+            lengths = token_lengths(batch.n).to(adv.device)
+            return adv[torch.arange(batch.n, device=adv.device), lengths - 1]
+        args, kwargs = self.build_call(batch, rewards)
+        return self.pick(fn(*args, **kwargs))
 
     def expected_shape(self, batch: Batch) -> tuple[int, ...]:
-        """The output shape the layout promises."""
+        """The output shape the layout promises (token: one value per row, read by :meth:`call_raw`)."""
         if self.layout == "grouped":
             return (batch.n_groups, batch.n // batch.n_groups)
         return (batch.n,)
@@ -222,26 +392,152 @@ class Adapter:
         return self.flat(self.call_raw(batch, rewards)).detach().to("cpu", torch.float64)
 
     def keep(self, batch: Batch) -> torch.Tensor:
-        """The DAPO keep mask of ``batch`` as a flat bool tensor (needs ``keep_mask``)."""
+        """The DAPO keep mask of ``batch`` as a flat bool tensor, one per response (needs ``keep_mask``).
+
+        A per-group result is spread over the responses in ``keep_order`` (detected when ``None``).
+        """
         if self.keep_mask is None:
             raise TypeError(f"{self.name} has no keep_mask")
         rewards = torch.tensor(batch.rewards, dtype=torch.float64)
-        return self.flat(self.call_raw(batch, rewards, self.keep_mask)).to("cpu").bool()
+        keep = self.flat(self._keep_call(batch, rewards)).to("cpu").bool()
+        if keep.shape[0] == batch.n and self.keep_order in (None, "response"):
+            return keep
+        order = self.keep_order or detect_keep_order(self)
+        if order == "response" or keep.shape[0] != batch.n_groups:
+            return keep
+        ids = list(dict.fromkeys(batch.index.tolist())) if order == "first-seen" else None
+        if ids is None:
+            ids = np.unique(batch.index).tolist()
+        position = {gid: j for j, gid in enumerate(ids)}
+        return keep[torch.tensor([position[gid] for gid in batch.index.tolist()])]
+
+    def _keep_call(self, batch: Batch, rewards: torch.Tensor) -> Any:
+        assert self.keep_mask is not None
+        if self.layout == "token":  # a filter beside a token-level estimator takes flat rewards
+            return self.keep_mask(rewards, batch.index.copy())
+        return self.call_raw(batch, rewards, self.keep_mask)
 
     def call_repr(self, batch: Batch) -> str:
         """How the function was called, for messages: ``fn(rewards=[...], G=4)``."""
         r = np.array2string(batch.rewards, precision=4, separator=", ", threshold=24)
-        if self.layout == "index":
+        hook = f" via inputs={_describe(self.inputs)}" if self.inputs is not None else ""
+        if self.output is not None:
+            hook += (
+                f", output={self.output!r}"
+                if not callable(self.output)
+                else f", output={_describe(self.output)}"
+            )
+        if self.layout in ("index", "keep-mask"):
             idx = np.array2string(batch.index, separator=", ", threshold=24)
-            return f"{self.name}(rewards={r}, index={idx})"
+            return f"{self.name}(rewards={r}, index={idx}){hook}"
+        if self.layout == "token":
+            idx = np.array2string(batch.index, separator=", ", threshold=24)
+            lengths = token_lengths(batch.n).tolist()
+            return (
+                f"{self.name}(token_level_rewards=[N, {TOKEN_T}] with R={r} on the last valid token of "
+                f"lengths {lengths}, response_mask=[N, {TOKEN_T}], index={idx}){hook}"
+            )
         G = batch.group_size
         if self.layout == "contiguous":
-            return f"{self.name}(rewards={r}, G={G})"
-        return f"{self.name}(rewards={r}.reshape(-1, {G}))"
+            return f"{self.name}(rewards={r}, G={G}){hook}"
+        return f"{self.name}(rewards={r}.reshape(-1, {G})){hook}"
 
     def replace(self, **changes: Any) -> Adapter:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+
+def detect_keep_order(adapter: Adapter) -> str:
+    """How a keep-mask filter orders its result: ``response``, ``first-seen`` or ``sorted``.
+
+    The probe has ids 7, 3, 7, 3, 5, 5 (first-seen order 7, 3, 5; sorted 3, 5, 7) and only
+    group 7 live, so the three readings of the result differ.
+    """
+    probe = Batch(np.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), np.array([7, 3, 7, 3, 5, 5]))
+    out = adapter.flat(adapter._keep_call(probe, torch.tensor(probe.rewards))).to("cpu").bool().tolist()
+    if len(out) == probe.n:
+        return "response"
+    if out == [True, False, False]:
+        return "first-seen"
+    if out == [False, False, True]:
+        return "sorted"
+    return "first-seen"  # unreadable: the keep property reports the values it got
+
+
+#: Errors that mean "called the wrong way" on the first designed probe.
+_SIGNATURE_ERRORS = (TypeError, IndexError, KeyError, AttributeError, CallMismatch)
+
+
+def check_call(adapter: Adapter) -> None:
+    """Fail fast: call ``adapter`` on the first designed probe and check what comes back.
+
+    The probe is ``[[1, 0, 0, 0], [0, 3, 1, 0]]`` (two groups of 4; convention detection's
+    structure probe and ``output_shape``'s first example). A signature or shape error
+    (``TypeError``, ``IndexError``, ``KeyError``, ``AttributeError``, a torch shape error,
+    or an output that is not the layout's shape) raises :class:`CallMismatch` saying which
+    layout was assumed, what was passed and what came back; other errors are left to the
+    properties.
+
+    >>> check_call(oracle_adapter())
+    >>> def by_dict(batch):
+    ...     return {"advantages": batch["rewards"] - batch["rewards"].mean()}
+    >>> check_call(Adapter(by_dict, "index"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sigma_ref.conformance.adapter.CallMismatch: the first probe did not fit layout 'index' ...
+    """
+    probe = Batch.grouped([[1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 1.0, 0.0]])
+    rewards = torch.tensor(probe.rewards, dtype=torch.float64)
+    fn = adapter.keep_mask if adapter.layout == "keep-mask" else adapter.advantages
+    assert fn is not None
+    passed = "?"
+    raw: Any = None
+    try:
+        given = adapter.layout_args(probe, rewards)
+        args, kwargs = adapter.build_call(probe, rewards, given)
+        passed = ", ".join([_shape_of(a) for a in args] + [f"{k}={_shape_of(v)}" for k, v in kwargs.items()])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = fn(*args, **kwargs)
+            out = adapter.pick(raw)
+        if adapter.layout == "token":
+            want: tuple[int, ...] = tuple(given[0].shape)
+        elif adapter.layout == "keep-mask":
+            want = (probe.n,)
+        else:
+            want = adapter.expected_shape(probe)
+        ok = isinstance(out, torch.Tensor | np.ndarray) and (
+            tuple(out.shape) == want
+            or (adapter.layout == "keep-mask" and tuple(out.shape) == (probe.n_groups,))
+        )
+        if ok:
+            return
+        problem = f"the advantages are {_shape_of(out)}, but should be an array of shape {want}"
+    except Exception as exc:
+        signature = isinstance(exc, _SIGNATURE_ERRORS) or (
+            isinstance(exc, RuntimeError) and any(w in str(exc) for w in ("shape", "size", "dimension"))
+        )
+        if not signature:
+            return  # the implementation's own error: the properties report it
+        problem = f"raised {type(exc).__name__}: {exc}"
+    came_back = "nothing (it raised)" if raw is None else _shape_of(raw)
+    hooks = ", ".join(f"{k}={getattr(adapter, k)!r}" for k in ("inputs", "output") if getattr(adapter, k))
+    raise CallMismatch(
+        f"the first probe did not fit layout {adapter.layout!r} ({_LAYOUT_SIGNATURES[adapter.layout]}"
+        f"{'; hooks ' + hooks if hooks else ''}): called {adapter.name}({passed}); {problem}; it returned "
+        f"{came_back}. Say how to call it: --layout {'|'.join(LAYOUTS)}, or an Adapter with inputs= "
+        "(build the call) and output= (--output KEY|INDEX: where the advantages are in the result)"
+    )
+
+
+_LAYOUT_SIGNATURES = {
+    "contiguous": "fn(rewards [N], group_size) -> [N]",
+    "index": "fn(rewards [N], index [N]) -> [N]",
+    "grouped": "fn(rewards [B, G]) -> [B, G]",
+    "token": "fn(token_level_rewards [N, T], response_mask [N, T], index [N]) -> [N, T] "
+    "or (advantages, returns)",
+    "keep-mask": "fn(rewards [N], index [N]) -> bool [N] or one per group",
+}
 
 
 def load_object(target: str, what: str = "--impl") -> Any:
@@ -269,10 +565,13 @@ def load_adapter(
     layout: str | None = None,
     loss: str | Callable[..., Any] | None = None,
     convention: Convention | str | None = None,
+    output: str | int | None = None,
 ) -> Adapter:
     """The :class:`Adapter` for ``target``: ``pkg.module:attr``, a function or an Adapter.
 
     A plain function needs ``layout``; options given here override an Adapter's fields.
+    ``output`` (``--output KEY|INDEX``): where the advantages are in the result; a string
+    of digits is an index.
     """
     obj = load_object(target) if isinstance(target, str) else target
     if isinstance(obj, Adapter):
@@ -296,6 +595,9 @@ def load_adapter(
         adapter = adapter.replace(loss=load_object(loss, "--loss") if isinstance(loss, str) else loss)
     if convention is not None:
         adapter = adapter.replace(convention=convention)
+    if output is not None:
+        key = int(output) if isinstance(output, str) and output.lstrip("-").isdigit() else output
+        adapter = adapter.replace(output=key)
     return adapter
 
 
@@ -326,9 +628,33 @@ def oracle_adapter(convention: Convention | str = "paper", layout: str = "index"
         def fn(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
             return compute(rewards.reshape(-1, group_size), None).reshape(-1)
 
-    else:
+    elif layout == "token":
+
+        def fn(tok: torch.Tensor, mask: torch.Tensor, index: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            # the row sum is the scalar; rejected rows (mask all 0) stay out of the groups
+            live = mask.sum(-1) > 0
+            out = torch.zeros(tok.shape[0], dtype=tok.dtype, device=tok.device)
+            if live.any():
+                kept = np.asarray(index)[live.cpu().numpy()]
+                out[live] = torch.as_tensor(
+                    compute(tok[live].sum(-1), kept), dtype=tok.dtype, device=tok.device
+                )
+            adv = out.unsqueeze(-1) * mask
+            return adv, adv
+
+    elif layout == "keep-mask":
+        from ..advantages import dapo_keep_mask
+
+        def fn(rewards: torch.Tensor, index: Any) -> torch.Tensor:
+            return torch.as_tensor(dapo_keep_mask(rewards, index=index))
+
+    elif layout == "grouped":
 
         def fn(rewards: torch.Tensor) -> torch.Tensor:
             return compute(rewards, None)
 
-    return Adapter(fn, layout, name=f"sigma_ref[{ref.name}]", ragged=layout == "index")
+    else:
+        raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
+    ragged = layout in _BY_INDEX
+    returns = "advantages" if layout == "token" else None
+    return Adapter(fn, layout, name=f"sigma_ref[{ref.name}]", ragged=ragged, returns=returns)

@@ -47,6 +47,10 @@ def run_check(args: argparse.Namespace) -> int:
         ) from None
 
     _importable_cwd()
+    mismatch = _call_mismatch(args)
+    if mismatch is not None:  # fail fast: the call does not fit, no property can run
+        print(f"FAIL call shape: {mismatch}\nresult: NOT CONFORMANT (the call does not fit the layout)")
+        return 1
     where = spec_dir()
     with tempfile.TemporaryDirectory() as tmp:
         report = args.report or os.path.join(tmp, "report.json")
@@ -79,6 +83,8 @@ def run_check(args: argparse.Namespace) -> int:
             argv += ["--layout", args.layout]
         if args.loss:
             argv += ["--loss", args.loss]
+        if getattr(args, "output", None) is not None:
+            argv += ["--sigma-ref-output", args.output]
         if args.profile:
             argv += ["--hypothesis-profile", args.profile]
         if args.seed is not None:
@@ -94,6 +100,21 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if code == 0 and data.get("conformant") else 1
 
 
+def _call_mismatch(args: argparse.Namespace) -> str | None:
+    """The fail-fast message when the first probe does not fit ``--layout``/``--output``, else ``None``."""
+    from .adapter import CallMismatch, check_call
+
+    try:
+        adapter = load_adapter(args.impl, layout=args.layout, output=getattr(args, "output", None))
+    except (ValueError, TypeError):
+        return None  # option errors are reported by the run itself
+    try:
+        check_call(adapter)
+    except CallMismatch as exc:
+        return str(exc)
+    return None
+
+
 def add_check(sub: argparse._SubParsersAction) -> None:
     """Register ``sigma-ref check``."""
     p = sub.add_parser(
@@ -105,6 +126,9 @@ def add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
     p.add_argument("--layout", choices=LAYOUTS, help="how a plain function is called")
     p.add_argument("--loss", help="pkg.module:attr of loss(logp, old_logp, advantages, mask)")
+    p.add_argument(
+        "--output", help="where the advantages are in the result: a KEY (o[KEY]) or an INDEX (o[0])"
+    )
     p.add_argument("--convention", default="auto", help="auto (default), a preset name, or rloo")
     p.add_argument("--report", help="write the results as JSON to this path")
     p.add_argument("--profile", choices=("ci", "dev", "thorough"), help="hypothesis profile")

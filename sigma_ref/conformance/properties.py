@@ -304,7 +304,7 @@ def run_property(
     """
     __tracebackhide__ = True
     prop = get_property(prop) if isinstance(prop, str) else prop
-    reason = prop.applies(ctx, param)
+    reason = prop.applies(ctx, param) or layout_reason(prop, ctx)
     if reason:
         raise NotApplicable(reason)
     if examples:
@@ -2189,3 +2189,7 @@ _register(
         applies=_cuda_applies,
     )
 )
+
+
+# the call-shape properties (layouts token and keep-mask) register themselves on import
+from .token_properties import layout_reason  # noqa: E402

@@ -10,7 +10,7 @@ import os
 import random
 from typing import Any
 
-from .adapter import Adapter, load_adapter, oracle_adapter
+from .adapter import Adapter, check_call, load_adapter, oracle_adapter
 from .detect import Detection, detect_convention
 from .losses import make_policy_loss
 from .precision import PRECISIONS
@@ -31,6 +31,7 @@ def build_context(
     convention: str = "auto",
     precision: str = "auto",
     strict: bool = False,
+    output: str | None = None,
 ) -> Context:
     """The context for a run: the adapter, what it should compute, and the detection.
 
@@ -39,7 +40,9 @@ def build_context(
     token-mean reference loss). ``convention="auto"`` uses the adapter's declared convention if it has one,
     else the detected one; a name (a preset or ``rloo``) fixes it. ``precision="auto"``
     uses the adapter's declared working precision, else the detected one (``float64`` or
-    ``float32``). ``strict``: WARN verdicts count as FAIL.
+    ``float32``). ``strict``: WARN verdicts count as FAIL. ``output`` (``--output
+    KEY|INDEX``): where the advantages are in the result. A call that does not fit the
+    layout raises :class:`~.adapter.CallMismatch` (a ``ValueError``) before any property runs.
     """
     if impl is None:
         adapter: Adapter = oracle_adapter("paper", layout=layout or "index").replace(
@@ -48,11 +51,15 @@ def build_context(
         if loss is not None:
             adapter = load_adapter(adapter, loss=loss)
     else:
-        adapter = load_adapter(impl, layout=layout, loss=loss)
+        adapter = load_adapter(impl, layout=layout, loss=loss, output=output)
     if convention != "auto" and convention.lower() not in REFERENCE_NAMES:
         raise ValueError(f"--convention {convention!r} must be 'auto' or one of {', '.join(REFERENCE_NAMES)}")
     if precision != "auto" and precision not in PRECISIONS:
         raise ValueError(f"--precision {precision!r} must be 'auto' or one of {', '.join(PRECISIONS)}")
+    check_call(adapter)  # fail fast: the first probe must fit the layout
+    if adapter.layout == "keep-mask":  # a filter: no advantages to detect a convention from
+        ref = reference_for("paper" if convention == "auto" else convention)
+        return Context(adapter, ref, None, None, precision=precision if precision != "auto" else "float64")
     detection = detect_convention(adapter)
     if precision == "auto":
         precision = adapter.precision or detection.precision
