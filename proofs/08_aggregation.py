@@ -26,7 +26,10 @@
 # | `token-mean` | `1/N_tok` (batch tokens) | `(G/N_tok) sum_t grad log pi_it`: long responses weigh more |
 # | `seq-mean-token-mean` | `1/(N_seq |y_i|)` | `(G/N_seq) mean_t grad log pi_it`: length-normalised |
 # | `seq-mean-token-sum` | `1/N_seq` | `(G/N_seq) grad log pi(y_i)`: the sequence score |
-# | `seq-mean-token-sum-norm` | `1/H` (a constant horizon: `N_seq C` in verl 0.9.1 and TRL 1.16, `C` in verl 0.4-0.6) | `(G/H) grad log pi(y_i)` (Dr. GRPO) |
+# | `seq-mean-token-sum-norm` | `1/H`, a constant (note below) | `(G/H) grad log pi(y_i)` (Dr. GRPO) |
+#
+# The horizon `H` is `N_seq C` in verl 0.9.1 and TRL 1.16 (`C` the maximum completion length), `C` alone
+# in verl 0.4 to 0.6.
 #
 # Only the two token-sum modes give (a constant multiple of) the sequence score
 # `grad log pi(y_i) = sum_t grad log pi(y_it)`; with one group per batch (`N_seq = G`),

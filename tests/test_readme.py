@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests import readme_blocks
+
 #: The generated blocks re-run the peer matrix and the CLI: the slow tier (make test-all, CI).
 pytestmark = pytest.mark.slow
-
-from tests import readme_blocks
 
 
 def _missing_peers() -> list[str]:
