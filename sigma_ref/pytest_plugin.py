@@ -15,17 +15,27 @@ Failing examples are saved in hypothesis' example database, ``.hypothesis/`` in 
 directory pytest runs from, and replayed first on the next run. (The conformance
 properties run with the database off; a failure is reproduced from the printed seed.)
 
-Conformance options (used by ``spec/``; nothing changes unless one is given):
+Conformance options (used by ``spec/``; nothing changes unless one is given; all share
+the prefix ``--sigma-ref-``, as hypothesis' options share ``--hypothesis-``):
 
-* ``--impl pkg.module:attr``: the implementation under test, a plain function or a
-  ``sigma_ref.conformance.Adapter`` (default: the oracle itself, so the suite checks
+* ``--sigma-ref-impl pkg.module:attr``: the implementation under test, a plain function
+  or a ``sigma_ref.conformance.Adapter`` (default: the oracle itself, so the suite checks
   itself in every run);
-* ``--layout contiguous|index|grouped``: how a plain function is called;
-* ``--loss pkg.module:loss``: ``loss(logp, old_logp, advantages, mask) -> scalar``, enables
-  the gradient checks;
-* ``--convention auto|<preset>|rloo``: what the implementation should compute (default
-  ``auto``: detected from probes);
-* ``--report out.json``: write the results as JSON (and print the one-screen summary).
+* ``--sigma-ref-layout contiguous|index|grouped``: how a plain function is called;
+* ``--sigma-ref-loss pkg.module:loss``: ``loss(logp, old_logp, advantages, mask) -> scalar``,
+  enables the gradient checks;
+* ``--sigma-ref-convention auto|<preset>|rloo``: what the implementation should compute
+  (default ``auto``: detected from probes);
+* ``--sigma-ref-report out.json``: write the results as JSON (and print the one-screen summary);
+* ``--sigma-ref-precision auto|float64|float32|...``: the working precision the tolerances
+  assume (default ``auto``: declared by the adapter, else detected);
+* ``--sigma-ref-strict``: a WARN verdict counts as a FAIL;
+* ``--sigma-ref-timeout SECONDS``: the limit on each call of the implementation (default
+  10; 0: none); a call that does not return in time fails its property.
+
+``sigma-ref check`` runs this suite in a child process and reads its progress from the
+hidden ``--sigma-ref-progress PATH`` (one JSON object a line), so that an implementation
+that ends the process is reported with the property that was running.
 """
 
 from __future__ import annotations
@@ -76,34 +86,134 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the conformance options (module doc)."""
     group = parser.getgroup("sigma-ref", "sigma-ref conformance suite (spec/)")
     group.addoption(
-        "--impl",
+        "--sigma-ref-impl",
         default=None,
         metavar="PKG.MODULE:ATTR",
         help="implementation under test: a function or an Adapter (default: the oracle)",
     )
     group.addoption(
-        "--layout",
+        "--sigma-ref-layout",
         default=None,
         choices=("contiguous", "index", "grouped"),
         help="how a plain function is called: fn(rewards, G), fn(rewards, index) or fn(rewards[B, G])",
     )
     group.addoption(
-        "--loss",
+        "--sigma-ref-loss",
         default=None,
         metavar="PKG.MODULE:ATTR",
         help="loss(logp, old_logp, advantages, mask) -> scalar; enables the gradient checks",
     )
     group.addoption(
-        "--convention", default="auto", help="auto (detect from probes, default), a preset name, or rloo"
+        "--sigma-ref-convention",
+        default="auto",
+        help="auto (detect from probes, default), a preset name, or rloo",
     )
-    group.addoption("--report", default=None, metavar="PATH", help="write the conformance results as JSON")
-    # sigma-ref check reads its own temporary report; it must not tell the user about it
-    group.addoption("--report-is-internal", action="store_true", help=argparse.SUPPRESS)
+    group.addoption(
+        "--sigma-ref-report", default=None, metavar="PATH", help="write the conformance results as JSON"
+    )
+    group.addoption(
+        "--sigma-ref-precision",
+        default="auto",
+        help="working precision of the tolerances: auto (declared or detected), float64, float32, ...",
+    )
+    group.addoption("--sigma-ref-strict", action="store_true", help="a WARN verdict counts as a FAIL")
+    group.addoption(
+        "--sigma-ref-timeout",
+        default=None,
+        type=_seconds,
+        metavar="SECONDS",
+        help="limit on each call of the implementation (default 10; 0: none)",
+    )
+    # sigma-ref check reads its own temporary report and the child's progress; it must not tell the user
+    group.addoption("--sigma-ref-report-is-internal", action="store_true", help=argparse.SUPPRESS)
+    group.addoption("--sigma-ref-progress", default=None, help=argparse.SUPPRESS)
+
+
+def _seconds(text: str) -> float:
+    """A ``--timeout`` value: seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (0: no limit)")
+    return value
+
+
+class _Progress:
+    """The progress file of ``--sigma-ref-progress``: one JSON object a line, flushed each line."""
+
+    def __init__(self, path: str) -> None:
+        self.fh = open(path, "a", encoding="utf-8", buffering=1)
+        self.outcomes: dict[str, str] = {}
+
+    def write(self, event: str, **fields: Any) -> None:
+        import json
+
+        self.fh.write(json.dumps({"event": event, **fields}) + "\n")
+        self.fh.flush()
+
+
+def _progress(config: pytest.Config) -> _Progress | None:
+    return getattr(config, "_sigma_ref_progress", None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers the conformance suite uses."""
+    """Register the suite's marker, apply ``--sigma-ref-timeout``, open the progress file."""
     config.addinivalue_line("markers", "sigma_property(name, level): a conformance property of spec/")
+    timeout = config.getoption("sigma_ref_timeout", None)
+    if timeout is not None:
+        from sigma_ref.conformance.guard import set_timeout
+
+        set_timeout(timeout)
+    path = config.getoption("sigma_ref_progress", None)
+    if path:
+        config._sigma_ref_progress = _Progress(path)  # type: ignore[attr-defined]
+        config._sigma_ref_progress.write("configured")  # type: ignore[attr-defined]
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    """Progress: a test starts (``sigma-ref check`` names it if the process dies)."""
+    progress = _PROGRESS[0]
+    if progress is not None:
+        progress.write("started", nodeid=nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Progress: remember each test's outcome (failed in any phase wins)."""
+    progress = _PROGRESS[0]
+    if progress is None:
+        return
+    outcome = report.outcome
+    if report.skipped and hasattr(report, "wasxfail"):
+        outcome = "xfailed"
+    before = progress.outcomes.get(report.nodeid)
+    if before is None or before == "passed" or (outcome == "failed"):
+        progress.outcomes[report.nodeid] = outcome
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    """Progress: a test finished, with its outcome."""
+    progress = _PROGRESS[0]
+    if progress is not None:
+        progress.write("finished", nodeid=nodeid, outcome=progress.outcomes.get(nodeid, "passed"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Progress: the hooks without ``config`` find the progress file here."""
+    _PROGRESS[0] = _progress(session.config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Progress: the run ended normally (``sigma-ref check`` then trusts the exit code)."""
+    progress = _progress(config)
+    if progress is not None:
+        progress.write("end")
+        progress.fh.close()
+        _PROGRESS[0] = None
+
+
+_PROGRESS: list[_Progress | None] = [None]
 
 
 def _state(config: pytest.Config) -> dict[str, Any]:
@@ -120,19 +230,28 @@ def conformance_context(config: pytest.Config) -> Any:
     if state["context"] is None:
         from hypothesis import settings
 
+        from sigma_ref.conformance.guard import ImplementationError
         from sigma_ref.conformance.session import build_context, new_seed
 
+        progress = _progress(config)
+        if progress is not None:
+            progress.write("context")
         try:
             state["context"] = build_context(
-                config.getoption("impl"),
-                layout=config.getoption("layout"),
-                loss=config.getoption("loss"),
-                convention=config.getoption("convention"),
+                config.getoption("sigma_ref_impl"),
+                layout=config.getoption("sigma_ref_layout"),
+                loss=config.getoption("sigma_ref_loss"),
+                convention=config.getoption("sigma_ref_convention"),
                 precision=config.getoption("sigma_ref_precision", "auto") or "auto",
                 strict=bool(config.getoption("sigma_ref_strict", False)),
             )
-        except (ValueError, TypeError) as exc:
-            raise pytest.UsageError(f"sigma-ref: {exc}") from None
+        except (ValueError, TypeError, ImplementationError) as exc:
+            # the implementation's own failure (its import raised, a probe ended the process's
+            # business) is a FAIL; a wrong option is a usage error
+            own = isinstance(exc, ImplementationError) or isinstance(exc.__cause__, ImplementationError)
+            if progress is not None:
+                progress.write("error", kind="implementation" if own else "usage", message=str(exc))
+            raise pytest.UsageError(f"sigma-ref: {'FAIL: ' if own else ''}{exc}") from None
         forced = config.getoption("hypothesis_seed", None)
         if forced is not None:
             state["seed"] = int(forced)
@@ -182,7 +301,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state = _state(config)
     if not state["outcomes"] or state["context"] is None:
         return
-    if config.getoption("impl") is None and config.getoption("report") is None:
+    if config.getoption("sigma_ref_impl") is None and config.getoption("sigma_ref_report") is None:
         return
     from hypothesis import settings
 
@@ -193,9 +312,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     kw = {"seed": state["seed"], "profile": profile, "seconds": seconds}
     terminalreporter.write_sep("=", "sigma-ref conformance")
     terminalreporter.write_line(summary(state["context"], state["outcomes"], **kw))
-    path = config.getoption("report")
+    path = config.getoption("sigma_ref_report")
     if path:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(to_json(report_dict(state["context"], state["outcomes"], **kw)) + "\n")
-        if not config.getoption("report_is_internal"):
+        if not config.getoption("sigma_ref_report_is_internal"):
             terminalreporter.write_line(f"report written to {path}")

@@ -1,6 +1,6 @@
 """Fixtures of the conformance suite: the implementation under test and the hypothesis seed.
 
-The options (``--impl``, ``--layout``, ``--loss``, ``--convention``, ``--report``) are
+The options (``--sigma-ref-impl``, ``--sigma-ref-layout``, ``--sigma-ref-loss``, ...) are
 registered by the ``sigma_ref.pytest_plugin`` plugin; the context is built once per run.
 """
 
@@ -58,5 +58,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_report_header(config: pytest.Config) -> str:
     """Say what is tested."""
-    impl = config.getoption("impl") or "the sigma_ref oracle (paper, index layout)"
-    return f"sigma-ref conformance: impl={impl}, convention={config.getoption('convention')}"
+    impl = config.getoption("sigma_ref_impl") or "the sigma_ref oracle (paper, index layout)"
+    return f"sigma-ref conformance: impl={impl}, convention={config.getoption('sigma_ref_convention')}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -241,16 +242,39 @@ class Adapter:
 
 
 def load_object(target: str, what: str = "--impl") -> Any:
-    """Import ``pkg.module:attr`` (``attr`` may be dotted) and return the object."""
+    """Import ``pkg.module:attr`` (``attr`` may be dotted) and return the object.
+
+    A malformed target or a missing module or attribute is a usage error (``ValueError``
+    naming the fix). Anything the module itself does while it is imported (raises, calls
+    ``sys.exit``, hangs past the time limit) is the implementation's failure: a ``ValueError``
+    whose ``__cause__`` is the :class:`~sigma_ref.conformance.guard.ImplementationError`.
+    """
+    from .guard import ImplementationError, call_guarded
+
     if not isinstance(target, str) or ":" not in target:
         raise ValueError(
             f"{what}={target!r} must look like 'pkg.module:attr', e.g. 'my_trainer.grpo:compute_advantages'"
         )
     module_name, _, attr = target.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{what}={target!r}: cannot import {module_name!r} ({exc})") from None
+        found = importlib.util.find_spec(module_name)
+    except Exception:  # a parent package that cannot be imported: the import below says why
+        found = True
+    if found is None:
+        raise ValueError(
+            f"{what}={target!r}: cannot import {module_name!r} (no module named {module_name!r})"
+        )
+    try:
+        obj: Any = call_guarded(importlib.import_module, module_name, what=f"import {module_name}")
+    except ImplementationError as exc:
+        original = exc.__cause__
+        if (
+            isinstance(original, ModuleNotFoundError)
+            and original.name
+            and module_name.startswith(original.name)
+        ):
+            raise ValueError(f"{what}={target!r}: cannot import {module_name!r} ({original})") from None
+        raise ValueError(f"{what} {target!r}: importing {module_name!r} {exc.detail}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
