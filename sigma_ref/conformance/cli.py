@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -159,19 +160,17 @@ def _run_limit(args: argparse.Namespace) -> float | None:
     return max(MIN_RUN_LIMIT, RUN_LIMIT_FACTOR.get(profile, 30) * timeout)
 
 
-def _run_child(argv: list[str], limit: float | None) -> int | str:
-    """Run ``argv`` in its own process group; its exit code, or how it was stopped."""
-    proc = subprocess.Popen(argv, start_new_session=True)
+def _run_child(argv: list[str], limit: float | None) -> tuple[int | str, str]:
+    """Run ``argv`` in its own process group: its exit code (or how it was stopped) and its stderr."""
+    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:
-        return proc.wait(timeout=limit)
+        _, err = proc.communicate(timeout=limit)
+        return proc.returncode, err
     except subprocess.TimeoutExpired:
         _kill(proc)
-        return f"no end within {limit:g} s (killed)"
-    except KeyboardInterrupt:
-        _kill(proc)
-        raise
+        return f"no end within {limit:g} s (killed)", proc.communicate()[1]
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # KeyboardInterrupt
             _kill(proc)
 
 
@@ -211,23 +210,59 @@ def run_check(args: argparse.Namespace) -> int:
         argv = [sys.executable, "-m", "pytest", *_pytest_argv(args, where, ini, report, progress)]
         sys.stdout.flush()
         try:
-            ended = _run_child(argv, _run_limit(args))
+            ended, err = _run_child(argv, _run_limit(args))
         except KeyboardInterrupt:
             print("sigma-ref check: interrupted", file=sys.stderr)
             return 130
         events = _read_progress(progress)
     errors = [e for e in events if e.get("event") == "error"]
+    crashed = "Fatal Python error: " in err
+    if crashed:  # faulthandler's dump: keep where it happened in the implementation
+        where, err = _crash_site(err)
+    if errors and errors[0].get("kind") == "implementation":
+        err = "\n".join(line for line in err.splitlines() if not line.startswith("ERROR: sigma-ref: FAIL: "))
+    if err.strip():
+        print(err.rstrip("\n"), file=sys.stderr)
     if isinstance(ended, int) and events and events[-1].get("event") == "end":
         if errors and errors[0].get("kind") == "usage":
             return 2  # pytest printed the message
         if errors:
-            print(f"FAIL: {errors[0].get('message')}\nresult: NOT CONFORMANT")
+            print(f"FAIL: the implementation failed before the properties ran: {errors[0].get('message')}")
+            print("result: NOT CONFORMANT")
             return 1
         if ended in (0, 1):
             return ended
         return 2  # pytest's own usage error or internal error
     print(abnormal_summary(events, ended if isinstance(ended, str) else _how_it_ended(ended)))
+    if crashed and where:
+        print(f"where (innermost last): {where}")
     return 1
+
+
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<fn>\S+)')
+
+
+def _crash_site(err: str) -> tuple[str, str]:
+    """From faulthandler's dump in ``err``: the innermost frames outside the suite; ``err`` without it.
+
+    >>> dump = ["Fatal Python error: Segmentation fault", "Current thread 0x1 (most recent call first):",
+    ...         '  File "/c/ctypes.py", line 5 in string_at', '  File "/m/impl.py", line 61 in adv',
+    ...         '  File "/s/sigma_ref/conformance/guard.py", line 9 in call_guarded', "", "Extension modules"]
+    >>> _crash_site("\\n".join(["before", *dump]))
+    ('adv (/m/impl.py:61) -> string_at (/c/ctypes.py:5)', 'before')
+    """
+    head, _, dump = err.partition("Fatal Python error: ")
+    frames = []
+    for line in dump.splitlines():
+        m = _FRAME.match(line)
+        if m is None:
+            if frames:
+                break
+            continue
+        if f"sigma_ref{os.sep}" in m["file"] or "_pytest" in m["file"] or "hypothesis" in m["file"]:
+            break
+        frames.append(f"{m['fn']} ({m['file']}:{m['line']})")
+    return " -> ".join(reversed(frames[:3])), head.rstrip("\n")
 
 
 def add_check(sub: argparse._SubParsersAction) -> None:
