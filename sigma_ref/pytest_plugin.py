@@ -168,8 +168,17 @@ def pytest_configure(config: pytest.Config) -> None:
         set_timeout(timeout)
     path = config.getoption("sigma_ref_progress", None)
     if path:
-        config._sigma_ref_progress = _Progress(path)  # type: ignore[attr-defined]
-        config._sigma_ref_progress.write("configured")  # type: ignore[attr-defined]
+        from sigma_ref.conformance import guard
+
+        progress = _Progress(path)
+        config._sigma_ref_progress = progress  # type: ignore[attr-defined]
+        progress.write("configured")
+
+        def stop(message: str) -> None:  # a hang the time limit cannot interrupt: end the child
+            progress.write("stopped", message=message)
+            os._exit(1)
+
+        guard._last_resort = stop
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:

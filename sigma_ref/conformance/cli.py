@@ -127,9 +127,12 @@ def abnormal_summary(events: list[dict[str, Any]], ended: str) -> str:
     finished: dict[str, str] = {}
     running: str | None = None
     phase = "before the suite started (loading the implementation)"
+    stopped = None
     for e in events:
         kind = e.get("event")
-        if kind == "context":
+        if kind == "stopped":
+            stopped = e.get("message")
+        elif kind == "context":
             phase = "while the convention was being detected"
         elif kind == "started":
             running = e["nodeid"]
@@ -144,8 +147,11 @@ def abnormal_summary(events: list[dict[str, Any]], ended: str) -> str:
     if running is not None:
         lines.append(f"{'DIED':<8} {_test_name(running)}")
         phase = f"while {_test_name(running)} was running"
-    verb = "did not finish" if "killed" in ended else "ended the process"
-    lines.append(f"FAIL: the implementation {verb} ({ended}) {phase}")
+    if stopped is not None:
+        lines.append(f"FAIL: the implementation {stopped} {phase}; the run was stopped")
+    else:
+        verb = "did not finish" if "killed" in ended else "ended the process"
+        lines.append(f"FAIL: the implementation {verb} ({ended}) {phase}")
     lines.append("result: NOT CONFORMANT")
     return "\n".join(lines)
 

@@ -25,6 +25,7 @@ property that was running when it died.
 
 from __future__ import annotations
 
+import atexit
 import pickle
 import signal
 import threading
@@ -106,6 +107,11 @@ _pending = False  # an ITIMER_REAL alarm is set
 _alarm_at = 0.0  # when it goes off (time.monotonic())
 _deadline = 0.0  # time.monotonic() by which the running call must return
 _limit = 0.0  # its limit, for the re-fire interval
+_swallowed = 0  # alarms past the deadline in the running call (more than one: it catches them)
+#: Called (with the message) when a call swallows ``STUBBORN`` alarms in a row; set by the pytest
+#: plugin under ``sigma-ref check``, where it records the verdict and ends the child process.
+_last_resort: Callable[[str], None] | None = None
+STUBBORN = 3
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
@@ -127,7 +133,13 @@ def _on_alarm(signum: int, frame: Any) -> None:
         _alarm_at = _deadline
         signal.setitimer(signal.ITIMER_REAL, left)
         return
+    global _swallowed
     _fired = True
+    _swallowed += 1
+    if _swallowed > STUBBORN and _last_resort is not None:
+        _last_resort(
+            f"did not return within {_seconds(_limit)} and caught the {STUBBORN} interruptions sent to it"
+        )
     _alarm_at = now + min(_limit, 1.0)
     signal.setitimer(signal.ITIMER_REAL, min(_limit, 1.0))
     raise _Timeout
@@ -144,8 +156,16 @@ def _install() -> None:
     global _previous_alarm, _alarm_installed
     _previous_alarm = signal.signal(signal.SIGALRM, _on_alarm)
     _alarm_installed = True
+    atexit.register(_cancel)  # a pending alarm after Python resets the handlers would kill the process
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)  # tells a real Ctrl-C from a raised KeyboardInterrupt
+
+
+def _cancel() -> None:
+    """Cancel the pending alarm (after a timeout, and at exit)."""
+    global _pending
+    _pending = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _seconds(limit: float) -> str:
@@ -229,7 +249,7 @@ def call_guarded(
     ...     print(exc)
     nap(5) did not return within 0.05 s
     """
-    global _depth, _armed, _fired, _pending, _deadline, _limit, _alarm_at
+    global _depth, _armed, _fired, _pending, _deadline, _limit, _alarm_at, _swallowed
     limit = _timeout if timeout is None else float(timeout)
     armed = limit > 0 and _depth == 0 and threading.current_thread() is threading.main_thread()
     _depth += 1
@@ -240,6 +260,7 @@ def call_guarded(
             if not _alarm_installed:
                 _install()
             _fired = False
+            _swallowed = 0
             _limit = limit
             _deadline = time.monotonic() + limit
             _armed = True
@@ -256,6 +277,8 @@ def call_guarded(
             return out
     except BaseException as exc:
         _armed = False
+        if isinstance(exc, _Timeout) or _fired:
+            _cancel()  # no re-fire once the call is over
         if isinstance(exc, ImplementationError) or (isinstance(exc, KeyboardInterrupt) and _user_interrupt):
             raise  # an inner guarded call's verdict, or a real Ctrl-C
         text = what() if callable(what) else (what or getattr(fn, "__qualname__", repr(fn)))
