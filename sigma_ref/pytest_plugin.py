@@ -120,7 +120,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--sigma-ref-timeout",
         default=None,
-        type=_seconds,
+        type=_timeout_option,
         metavar="SECONDS",
         help="limit on each call of the implementation (default 10; 0: none)",
     )
@@ -129,15 +129,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--sigma-ref-progress", default=None, help=argparse.SUPPRESS)
 
 
-def _seconds(text: str) -> float:
-    """A ``--timeout`` value: seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (0: no limit)")
-    return value
+def _timeout_option(text: str) -> float:
+    from sigma_ref.conformance.guard import timeout_option
+
+    return timeout_option(text)
 
 
 class _Progress:
@@ -217,9 +212,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Progress: the run ended normally (``sigma-ref check`` then trusts the exit code)."""
     progress = _progress(config)
     if progress is not None:
+        from sigma_ref.conformance import guard
+
+        guard._last_resort = None
         progress.write("end")
         progress.fh.close()
         _PROGRESS[0] = None
+    if config.getoption("sigma_ref_timeout", None) is not None:
+        from sigma_ref.conformance.guard import DEFAULT_TIMEOUT, set_timeout
+
+        set_timeout(DEFAULT_TIMEOUT)
 
 
 _PROGRESS: list[_Progress | None] = [None]

@@ -34,6 +34,14 @@ LIMIT_S = 60.0
 
 
 # -- the guard, in this process ----------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _forget_hangs() -> Any:
+    """Each test starts with no remembered hangs (``guard.MAX_HANGS``)."""
+    guard._hangs.clear()
+    yield
+    guard._hangs.clear()
+
+
 def _raise(exc: BaseException) -> Any:
     raise exc
 
@@ -127,6 +135,24 @@ def test_guard_off_the_main_thread() -> None:
     t.start()
     t.join(10)
     assert out == {"value": None, "error": "called sys.exit(2) during g()"}
+
+
+def test_guard_gives_up_on_a_callable_that_keeps_hanging() -> None:
+    """After MAX_HANGS timeouts, a callable is not called again: each later call fails at once."""
+
+    def stuck() -> None:
+        time.sleep(30)
+
+    for _ in range(guard.MAX_HANGS):
+        with pytest.raises(ImplementationError, match=r"did not return within 0\.1 s"):
+            call_guarded(stuck, timeout=0.1)
+    start = time.monotonic()
+    with pytest.raises(
+        ImplementationError, match=r"was not called: it did not return within 0\.1 s in 2"
+    ) as info:
+        call_guarded(stuck, timeout=0.1, what="stuck()")
+    assert info.value.kind == "timeout" and time.monotonic() - start < 0.05
+    assert call_guarded(sum, [1], timeout=0.1) == 1  # other callables are unaffected
 
 
 def test_guard_nested_calls_keep_the_inner_verdict() -> None:
@@ -365,6 +391,10 @@ def test_detect_exit_codes() -> None:
     raising, _ = _check("detect tests.gallery.hostile:raises_type_error --layout contiguous")
     assert raising.returncode == 1, raising.stdout + raising.stderr
     assert "no known convention" in raising.stdout and "Traceback" not in raising.stdout + raising.stderr
+    exits, _ = _check("detect tests.gallery.hostile:exits --layout contiguous")
+    assert exits.returncode == 1 and "FAIL: called sys.exit() during" in exits.stdout, (
+        exits.stdout + exits.stderr
+    )
     dead, _ = _check("detect tests.gallery.hostile:hard_exit --layout contiguous")
     assert dead.returncode == 1 and "FAIL: the implementation ended the process (exit code 0)" in dead.stdout
     good, _ = _check("detect tests.gallery.correct:trl_contiguous --layout contiguous")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .adapter import LAYOUTS
+from .guard import timeout_option
 
 __all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary"]
 
@@ -224,7 +225,7 @@ def run_check(args: argparse.Namespace) -> int:
     errors = [e for e in events if e.get("event") == "error"]
     crashed = "Fatal Python error: " in err
     if crashed:  # faulthandler's dump: keep where it happened in the implementation
-        where, err = _crash_site(err)
+        site, err = _crash_site(err)
     if errors and errors[0].get("kind") == "implementation":
         err = "\n".join(line for line in err.splitlines() if not line.startswith("ERROR: sigma-ref: FAIL: "))
     if err.strip():
@@ -238,10 +239,13 @@ def run_check(args: argparse.Namespace) -> int:
             return 1
         if ended in (0, 1):
             return ended
+        print(
+            f"sigma-ref check: pytest ended with exit code {ended} (see above); no verdict", file=sys.stderr
+        )
         return 2  # pytest's own usage error or internal error
     print(abnormal_summary(events, ended if isinstance(ended, str) else _how_it_ended(ended)))
-    if crashed and where:
-        print(f"where (innermost last): {where}")
+    if crashed and site:
+        print(f"where (innermost last): {site}")
     return 1
 
 
@@ -292,7 +296,7 @@ def add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true", help="a WARN verdict counts as a FAIL")
     p.add_argument(
         "--timeout",
-        type=_seconds,
+        type=timeout_option,
         metavar="SECONDS",
         help="limit on each call of the implementation (default 10; 0: none); the whole run may take "
         f"{RUN_LIMIT_FACTOR['dev']} times as long (at least {MIN_RUN_LIMIT:g} s)",
@@ -301,21 +305,11 @@ def add_check(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_check)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (0: no limit)")
-    return value
-
-
 def _detect_here(args: argparse.Namespace) -> int:
     """``detect`` in this process (the child of :func:`_detect`): print the detection; 0 iff a preset."""
     from .adapter import load_adapter
     from .detect import detect_convention
-    from .guard import set_timeout
+    from .guard import ImplementationError, set_timeout
 
     if args.timeout is not None:
         set_timeout(args.timeout)
@@ -323,13 +317,15 @@ def _detect_here(args: argparse.Namespace) -> int:
     try:
         adapter = load_adapter(args.impl, layout=args.layout)
     except ValueError as exc:
-        from .guard import ImplementationError
-
         if isinstance(exc.__cause__, ImplementationError):
             print(f"FAIL: {exc}")
             return 1
         raise
-    detection = detect_convention(adapter)
+    try:
+        detection = detect_convention(adapter)
+    except ImplementationError as exc:  # exited, interrupted or hung on a probe
+        print(f"FAIL: {exc}")
+        return 1
     print(detection.summary())
     if detection.preset is not None:
         return 0
@@ -341,7 +337,11 @@ def _detect_here(args: argparse.Namespace) -> int:
 def _detect(args: argparse.Namespace) -> int:
     """Run :func:`_detect_here` in a child process, so that the implementation cannot end this one."""
     if args.in_process:
-        code = _detect_here(args)
+        try:
+            code = _detect_here(args)
+        except (ValueError, TypeError) as exc:  # a usage error
+            print(f"sigma-ref detect: {exc}", file=sys.stderr)
+            code = 2
         sys.stdout.flush()
         print(_DETECT_DONE, file=sys.stderr, flush=True)
         return code
@@ -389,7 +389,10 @@ def add_detect(sub: argparse._SubParsersAction) -> None:
     p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
     p.add_argument("--layout", choices=LAYOUTS, help="how a plain function is called")
     p.add_argument(
-        "--timeout", type=_seconds, metavar="SECONDS", help="limit on each probe call (default 10; 0: none)"
+        "--timeout",
+        type=timeout_option,
+        metavar="SECONDS",
+        help="limit on each probe call (default 10; 0: none)",
     )
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=_detect)

@@ -26,6 +26,7 @@ property that was running when it died.
 from __future__ import annotations
 
 import atexit
+import math
 import pickle
 import signal
 import threading
@@ -34,7 +35,14 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["ImplementationError", "call_guarded", "set_timeout", "get_timeout", "bounded_shrink"]
+__all__ = [
+    "ImplementationError",
+    "call_guarded",
+    "set_timeout",
+    "get_timeout",
+    "timeout_option",
+    "bounded_shrink",
+]
 
 T = TypeVar("T")
 
@@ -96,6 +104,23 @@ def set_timeout(seconds: float | None) -> None:
     _timeout = float(seconds)
 
 
+def timeout_option(text: str) -> float:
+    """Parse a ``--timeout`` / ``--sigma-ref-timeout`` value (argparse ``type=``): seconds >= 0.
+
+    >>> timeout_option("2.5")
+    2.5
+    """
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (0: no limit)")
+    return value
+
+
 def get_timeout() -> float:
     """The per-call limit in seconds (0: none)."""
     return _timeout
@@ -112,6 +137,12 @@ _swallowed = 0  # alarms past the deadline in the running call (more than one: i
 #: plugin under ``sigma-ref check``, where it records the verdict and ends the child process.
 _last_resort: Callable[[str], None] | None = None
 STUBBORN = 3
+#: After this many timeouts of one callable, later calls of it fail at once (a hang costs each
+#: property the whole limit otherwise).
+MAX_HANGS = 2
+#: (id of the bound object or function, id of the function) -> (timeouts, the callable, kept alive so
+#: that its id is not reused)
+_hangs: dict[tuple[int, int], tuple[int, Any]] = {}
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
@@ -251,6 +282,10 @@ def call_guarded(
     """
     global _depth, _armed, _fired, _pending, _deadline, _limit, _alarm_at, _swallowed
     limit = _timeout if timeout is None else float(timeout)
+    if _hangs and _hangs.get(_key(fn), (0,))[0] >= MAX_HANGS:
+        text = what() if callable(what) else (what or getattr(fn, "__qualname__", repr(fn)))
+        detail = f"was not called: it did not return within {_seconds(limit)} in {MAX_HANGS} earlier calls"
+        raise ImplementationError("timeout", detail, text)
     armed = limit > 0 and _depth == 0 and threading.current_thread() is threading.main_thread()
     _depth += 1
     try:
@@ -279,12 +314,29 @@ def call_guarded(
         _armed = False
         if isinstance(exc, _Timeout) or _fired:
             _cancel()  # no re-fire once the call is over
+            _hangs[_key(fn)] = (_hangs.get(_key(fn), (0,))[0] + 1, fn)
         if isinstance(exc, ImplementationError) or (isinstance(exc, KeyboardInterrupt) and _user_interrupt):
             raise  # an inner guarded call's verdict, or a real Ctrl-C
         text = what() if callable(what) else (what or getattr(fn, "__qualname__", repr(fn)))
         raise _describe(exc, limit, text) from exc
     finally:
         _depth -= 1
+
+
+def _key(fn: Any) -> tuple[int, int]:
+    """Identify a callable across calls (a bound method is a new object each time)."""
+    return (id(getattr(fn, "__self__", fn)), id(getattr(fn, "__func__", fn)))
+
+
+def _hung(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an exception it was raised from is a timeout of the implementation."""
+    for _ in range(8):
+        if exc is None:
+            return False
+        if isinstance(exc, ImplementationError) and exc.kind == "timeout":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _example_key(example: Any) -> Any:
@@ -299,7 +351,9 @@ def bounded_shrink(
 ) -> Callable[..., Any]:
     """Wrap a hypothesis test body so that shrinking ends ``budget_s`` seconds after the first failure.
 
-    Until then ``check`` runs as usual. After it, an example fails only if it failed before
+    Until then ``check`` runs as usual (a failure that is a timeout of the implementation
+    spends the budget at once: each shrink step would cost the whole limit). After it, an
+    example fails only if it failed before
     (the same exception is raised again, so the final replay of the smallest example found so
     far still fails); every example not seen before passes without calling ``check``, so
     hypothesis' shrinker finds nothing smaller and stops at once. Examples are compared by
@@ -338,7 +392,7 @@ def bounded_shrink(
         except Exception as exc:
             failures[_example_key(example)] = exc
             if not first:
-                first.append(clock())
+                first.append(-math.inf if _hung(exc) else clock())  # a hang: no shrinking at all
             raise
 
     return bounded
