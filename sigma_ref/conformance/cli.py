@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -168,8 +169,16 @@ def _run_limit(args: argparse.Namespace) -> float | None:
 
 
 def _run_child(argv: list[str], limit: float | None) -> tuple[int | str, str]:
-    """Run ``argv`` in its own process group: its exit code (or how it was stopped) and its stderr."""
+    """Run ``argv`` in its own process group: its exit code (or how it was stopped) and its stderr.
+
+    The child has its own session (the implementation cannot signal this process's group); a
+    Ctrl-C or SIGTERM of this process ends the child too.
+    """
     proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    previous = signal.getsignal(signal.SIGTERM)
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         _, err = proc.communicate(timeout=limit)
         return proc.returncode, err
@@ -177,8 +186,14 @@ def _run_child(argv: list[str], limit: float | None) -> tuple[int | str, str]:
         _kill(proc)
         return f"no end within {limit:g} s (killed)", proc.communicate()[1]
     finally:
-        if proc.poll() is None:  # KeyboardInterrupt
+        if proc.poll() is None:  # KeyboardInterrupt or SIGTERM
             _kill(proc)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # run_check ends the child and returns 130
 
 
 def _kill(proc: subprocess.Popen[Any]) -> None:
