@@ -312,7 +312,7 @@ def call_guarded(
             return out
     except BaseException as exc:
         _armed = False
-        if isinstance(exc, _Timeout) or _fired:
+        if armed and (isinstance(exc, _Timeout) or _fired):
             _cancel()  # no re-fire once the call is over
             _hangs[_key(fn)] = (_hangs.get(_key(fn), (0,))[0] + 1, fn)
         if isinstance(exc, ImplementationError) or (isinstance(exc, KeyboardInterrupt) and _user_interrupt):
