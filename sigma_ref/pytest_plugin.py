@@ -138,8 +138,9 @@ def _timeout_option(text: str) -> float:
 class _Progress:
     """The progress file of ``--sigma-ref-progress``: one JSON object a line, flushed each line."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, config: pytest.Config) -> None:
         self.fh = open(path, "a", encoding="utf-8", buffering=1)
+        self.config = config
         self.outcomes: dict[str, str] = {}
 
     def write(self, event: str, **fields: Any) -> None:
@@ -165,7 +166,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if path:
         from sigma_ref.conformance import guard
 
-        progress = _Progress(path)
+        progress = _Progress(path, config)
         config._sigma_ref_progress = progress  # type: ignore[attr-defined]
         progress.write("configured")
 
@@ -197,10 +198,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
-    """Progress: a test finished, with its outcome."""
+    """Progress: a test finished, with its verdict (FAIL, WARN, NOTE, pass, skip)."""
     progress = _PROGRESS[0]
-    if progress is not None:
-        progress.write("finished", nodeid=nodeid, outcome=progress.outcomes.get(nodeid, "passed"))
+    if progress is None:
+        return
+    outcome = progress.outcomes.get(nodeid, "passed")
+    verdict = {"failed": "FAIL", "passed": "pass", "skipped": "skip", "xfailed": "xfail"}.get(
+        outcome, outcome
+    )
+    recorded = _state(progress.config)["outcomes"]
+    if recorded and recorded[-1].label == nodeid.rsplit("::", 1)[-1]:
+        verdict = recorded[-1].verdict  # the property's own class, as the summary shows it
+    progress.write("finished", nodeid=nodeid, outcome=verdict)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

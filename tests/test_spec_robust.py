@@ -295,19 +295,19 @@ def test_abnormal_summary_names_what_was_running() -> None:
         {"event": "configured"},
         {"event": "context"},
         {"event": "started", "nodeid": "spec/test_algebra.py::test_advantage_values"},
-        {"event": "finished", "nodeid": "spec/test_algebra.py::test_advantage_values", "outcome": "passed"},
+        {"event": "finished", "nodeid": "spec/test_algebra.py::test_advantage_values", "outcome": "pass"},
         {"event": "started", "nodeid": "spec/test_algebra.py::test_group_centering"},
-        {"event": "finished", "nodeid": "spec/test_algebra.py::test_group_centering", "outcome": "failed"},
+        {"event": "finished", "nodeid": "spec/test_algebra.py::test_group_centering", "outcome": "FAIL"},
         {"event": "started", "nodeid": "spec/test_contract.py::test_output_dtype[float32]"},
     ]
     text = abnormal_summary(events, "exit code 0")
     assert text.splitlines()[1:] == [
-        "passed   test_advantage_values",
-        "FAILED   test_group_centering",
-        "DIED     test_output_dtype[float32]",
+        "pass test_advantage_values",
+        "FAIL test_group_centering",
+        "DIED test_output_dtype[float32]",
         "FAIL: the implementation ended the process (exit code 0) while test_output_dtype[float32] "
         "was running",
-        "result: NOT CONFORMANT",
+        "result: NOT CONFORMANT (the run did not finish)",
     ]
 
 

@@ -124,7 +124,7 @@ def abnormal_summary(events: list[dict[str, Any]], ended: str) -> str:
     >>> print(abnormal_summary([{"event": "context"}], "signal SIGSEGV"))
     sigma-ref conformance: the run did not finish
     FAIL: the implementation ended the process (signal SIGSEGV) while the convention was being detected
-    result: NOT CONFORMANT
+    result: NOT CONFORMANT (the run did not finish)
     """
     finished: dict[str, str] = {}
     running: str | None = None
@@ -143,18 +143,17 @@ def abnormal_summary(events: list[dict[str, Any]], ended: str) -> str:
             running = None
             phase = "between two properties"
     lines = ["sigma-ref conformance: the run did not finish"]
-    for nodeid, outcome in finished.items():
-        tag = {"failed": "FAILED", "passed": "passed", "skipped": "skipped", "xfailed": "advisory"}
-        lines.append(f"{tag.get(outcome, outcome):<8} {_test_name(nodeid)}")
+    for nodeid, verdict in finished.items():
+        lines.append(f"{verdict:<4} {_test_name(nodeid)}")
     if running is not None:
-        lines.append(f"{'DIED':<8} {_test_name(running)}")
+        lines.append(f"DIED {_test_name(running)}")
         phase = f"while {_test_name(running)} was running"
     if stopped is not None:
         lines.append(f"FAIL: the implementation {stopped} {phase}; the run was stopped")
     else:
         verb = "did not finish" if "killed" in ended else "ended the process"
         lines.append(f"FAIL: the implementation {verb} ({ended}) {phase}")
-    lines.append("result: NOT CONFORMANT")
+    lines.append("result: NOT CONFORMANT (the run did not finish)")
     return "\n".join(lines)
 
 
@@ -250,7 +249,7 @@ def run_check(args: argparse.Namespace) -> int:
             return 2  # pytest printed the message
         if errors:
             print(f"FAIL: the implementation failed before the properties ran: {errors[0].get('message')}")
-            print("result: NOT CONFORMANT")
+            print("result: NOT CONFORMANT (1 FAIL)")
             return 1
         if ended in (0, 1):
             return ended
@@ -258,6 +257,7 @@ def run_check(args: argparse.Namespace) -> int:
             f"sigma-ref check: pytest ended with exit code {ended} (see above); no verdict", file=sys.stderr
         )
         return 2  # pytest's own usage error or internal error
+    print()  # pytest's progress line may be unfinished
     print(abnormal_summary(events, ended if isinstance(ended, str) else _how_it_ended(ended)))
     if crashed and site:
         print(f"where (innermost last): {site}")
