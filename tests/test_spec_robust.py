@@ -249,7 +249,7 @@ def test_check_spells_options_as_hypothesis_does(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         [
             *("check", "m:f", "--layout", "contiguous", "--hypothesis-seed", "7"),
-            *("--hypothesis-profile", "ci", "--strict", "--timeout", "2.5"),
+            *("--hypothesis-profile", "ci", "--strict", "--timeout", "2.5", "--precision", "float32"),
         ]
     )
     argv = _pytest_argv(args, tmp_path, "ini", "report.json", "progress.jsonl")
@@ -262,6 +262,7 @@ def test_check_spells_options_as_hypothesis_does(tmp_path: Path) -> None:
         "--sigma-ref-strict",
         "--sigma-ref-timeout 2.5",
         "--sigma-ref-progress progress.jsonl",
+        "--sigma-ref-precision float32",
     ):
         assert part in text
     for old in (["--seed", "7"], ["--profile", "ci"], ["--timeout", "-1"]):

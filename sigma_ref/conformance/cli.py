@@ -81,6 +81,8 @@ def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, report: str, p
         argv += ["--hypothesis-profile", args.hypothesis_profile]
     if args.hypothesis_seed is not None:
         argv += ["--hypothesis-seed", str(args.hypothesis_seed)]
+    if args.precision != "auto":
+        argv += ["--sigma-ref-precision", args.precision]
     if args.strict:
         argv.append("--sigma-ref-strict")
     if args.timeout is not None:
@@ -163,7 +165,7 @@ def _run_limit(args: argparse.Namespace) -> float | None:
     timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
     if timeout == 0:
         return None
-    profile = args.hypothesis_profile or os.environ.get("HYPOTHESIS_PROFILE") or "dev"
+    profile = args.hypothesis_profile or os.environ.get("HYPOTHESIS_PROFILE") or "dev"  # ci: as dev
     return max(MIN_RUN_LIMIT, RUN_LIMIT_FACTOR.get(profile, 30) * timeout)
 
 
@@ -305,9 +307,16 @@ def add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--convention", default="auto", help="auto (default), a preset name, or rloo")
     p.add_argument("--report", help="write the results as JSON to this path")
     p.add_argument(
-        "--hypothesis-profile", choices=("ci", "dev", "thorough"), help="hypothesis profile (default dev)"
+        "--hypothesis-profile",
+        choices=("ci", "dev", "thorough"),
+        help="hypothesis profile (default: $HYPOTHESIS_PROFILE, else ci where CI is set, else dev)",
     )
     p.add_argument("--hypothesis-seed", type=int, help="hypothesis seed (reproduces a random run)")
+    p.add_argument(
+        "--precision",
+        default="auto",
+        help="working precision of the tolerances: auto (declared or detected), float64, float32, ...",
+    )
     p.add_argument("--strict", action="store_true", help="a WARN verdict counts as a FAIL")
     p.add_argument(
         "--timeout",
