@@ -124,8 +124,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="limit on each call of the implementation (default 10; 0: none)",
     )
-    # sigma-ref check reads its own temporary report and the child's progress; it must not tell the user
-    group.addoption("--sigma-ref-report-is-internal", action="store_true", help=argparse.SUPPRESS)
+    # sigma-ref check reads the child's progress from this file; not for users
     group.addoption("--sigma-ref-progress", default=None, help=argparse.SUPPRESS)
 
 
@@ -336,5 +335,4 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if path:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(to_json(report_dict(state["context"], state["outcomes"], **kw)) + "\n")
-        if not config.getoption("sigma_ref_report_is_internal"):
-            terminalreporter.write_line(f"report written to {path}")
+        terminalreporter.write_line(f"report written to {path}")

@@ -252,7 +252,7 @@ def test_check_spells_options_as_hypothesis_does(tmp_path: Path) -> None:
             *("--hypothesis-profile", "ci", "--strict", "--timeout", "2.5", "--precision", "float32"),
         ]
     )
-    argv = _pytest_argv(args, tmp_path, "ini", "report.json", "progress.jsonl")
+    argv = _pytest_argv(args, tmp_path, "ini", "progress.jsonl")
     text = " ".join(argv)
     for part in (
         "--sigma-ref-impl m:f",

@@ -47,7 +47,7 @@ RUN_LIMIT_FACTOR = {"ci": 30, "dev": 30, "thorough": 300}
 MIN_RUN_LIMIT = 120.0
 
 
-def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, report: str, progress: str) -> list[str]:
+def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, progress: str) -> list[str]:
     """The child's pytest arguments."""
     argv = [
         str(where),
@@ -61,8 +61,6 @@ def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, report: str, p
         args.impl,
         "--sigma-ref-convention",
         args.convention,
-        "--sigma-ref-report",
-        report,
         "--sigma-ref-progress",
         progress,
         "-q",
@@ -71,8 +69,8 @@ def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, report: str, p
         "no:warnings",
         "-r" + ("fE" if args.full else "N"),
     ]
-    if not args.report:
-        argv.append("--sigma-ref-report-is-internal")
+    if args.report:
+        argv += ["--sigma-ref-report", args.report]
     if args.layout:
         argv += ["--sigma-ref-layout", args.layout]
     if args.loss:
@@ -225,12 +223,11 @@ def run_check(args: argparse.Namespace) -> int:
         )
     where = spec_dir()
     with tempfile.TemporaryDirectory() as tmp:
-        report = args.report or os.path.join(tmp, "report.json")
         progress = os.path.join(tmp, "progress.jsonl")
         ini = os.path.join(tmp, "pytest.ini")  # isolate the run from the caller's pytest configuration
         with open(ini, "w", encoding="utf-8") as fh:
             fh.write("[pytest]\n")
-        argv = [sys.executable, "-m", "pytest", *_pytest_argv(args, where, ini, report, progress)]
+        argv = [sys.executable, "-m", "pytest", *_pytest_argv(args, where, ini, progress)]
         sys.stdout.flush()
         try:
             ended, err = _run_child(argv, _run_limit(args))
