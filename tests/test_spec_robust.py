@@ -208,6 +208,26 @@ def test_bounded_shrink_stops_the_shrinker_and_keeps_the_failure() -> None:
     assert sum(shown) > 500  # really fails
 
 
+def test_bounded_shrink_makes_the_replay_of_a_flaky_failure_reliable() -> None:
+    """A check that fails only the first time it sees an example is reported as failing, not as Flaky."""
+    seen: set[int] = set()
+
+    def check(x: int) -> None:
+        if x > 50 and x not in seen:
+            seen.add(x)
+            raise AssertionError(f"failed once at {x}")
+
+    body = bounded_shrink(check, 60.0)
+
+    @settings(max_examples=100, database=None, derandomize=True)
+    @given(st.integers(0, 100))
+    def prop(x: int) -> None:
+        body(x)
+
+    with pytest.raises(AssertionError, match="failed once at"):
+        prop()
+
+
 def test_bounded_shrink_passes_hypothesis_control_flow() -> None:
     """``assume`` inside the check is hypothesis' business, not a failure."""
     from hypothesis import assume

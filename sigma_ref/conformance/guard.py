@@ -351,9 +351,11 @@ def bounded_shrink(
 ) -> Callable[..., Any]:
     """Wrap a hypothesis test body so that shrinking ends ``budget_s`` seconds after the first failure.
 
-    Until then ``check`` runs as usual (a failure that is a timeout of the implementation
-    spends the budget at once: each shrink step would cost the whole limit). After it, an
-    example fails only if it failed before
+    An example that failed once fails again with the same exception without calling ``check``,
+    so hypothesis' replay of the smallest example is reliable even for a nondeterministic
+    implementation. Until the budget is spent other examples run ``check`` as usual (a failure
+    that is a timeout of the implementation spends the budget at once: each shrink step would
+    cost the whole limit). After it, an example fails only if it failed before
     (the same exception is raised again, so the final replay of the smallest example found so
     far still fails); every example not seen before passes without calling ``check``, so
     hypothesis' shrinker finds nothing smaller and stops at once. Examples are compared by
@@ -380,11 +382,12 @@ def bounded_shrink(
 
     def bounded(example: Any, *args: Any, **kw: Any) -> Any:
         __tracebackhide__ = True
-        if first and clock() - first[0] > budget_s:
+        if first:
             exc = failures.get(_example_key(example))
-            if exc is None:
+            if exc is not None:  # failed before: fail the same way (a replay never turns flaky)
+                raise exc
+            if clock() - first[0] > budget_s:
                 return None
-            raise exc
         try:
             return check(example, *args, **kw)
         except HypothesisException:
