@@ -1,6 +1,6 @@
 """Project-wide pytest configuration.
 
-The conformance options (``--impl``, ``--layout``, ...) and the hypothesis profiles
+The conformance options (``--sigma-ref-impl``, ``--sigma-ref-layout``, ...) and the hypothesis profiles
 live in the ``sigma_ref.pytest_plugin`` plugin, which an installed sigma-ref registers
 under ``pytest11`` so that ``sigma-ref check`` works from an install as well as from a
 clone. This file only adds what the project's own checkout needs.
@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The project's own tests use the suite's hypothesis profiles (``ci`` under CI, else ``dev``)."""
+    from sigma_ref.pytest_plugin import load_suite_profile
+
+    load_suite_profile(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -255,10 +255,6 @@ def _add_conventions(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_conventions)
 
 
-#: Sub-command registrars: each adds its parser and sets ``run``.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_audit, _add_reproduce, _add_conventions]
-
-
 def _add_check(sub: argparse._SubParsersAction) -> None:
     from .conformance.cli import add_check
 
@@ -271,33 +267,42 @@ def _add_detect(sub: argparse._SubParsersAction) -> None:
     add_detect(sub)
 
 
-COMMANDS += [_add_check, _add_detect]
-
-
 def _add_matrix(sub: argparse._SubParsersAction) -> None:
     from .conformance.matrix import add_matrix
 
     add_matrix(sub)
 
 
-COMMANDS.append(_add_matrix)
+#: Sub-command name -> its registrar (adds the parser and sets ``run``).
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "audit": _add_audit,
+    "reproduce": _add_reproduce,
+    "conventions": _add_conventions,
+    "check": _add_check,
+    "detect": _add_detect,
+    "matrix": _add_matrix,
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every sub-command."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every sub-command, or only ``command`` (a run of one sub-command
+    then imports only what that sub-command needs: ``audit`` loads no torch)."""
     parser = argparse.ArgumentParser(
         prog="sigma-ref",
         description="Ground-truth oracle and conformance suite for GRPO-family advantages.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in COMMANDS:
-        add(sub)
+    for name, add in COMMANDS.items():
+        if command is None or name == command:
+            add(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sigma-ref`` console script."""
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = words[0] if words and words[0] in COMMANDS else None
+    args = build_parser(command).parse_args(words)
     try:
         return int(args.run(args))
     except (ValueError, TypeError) as exc:

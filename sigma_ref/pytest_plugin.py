@@ -1,10 +1,10 @@
 """The sigma-ref pytest plugin (registered under ``pytest11``).
 
-Loaded by every pytest run in an environment where sigma-ref is installed; it only
-registers names and changes nothing unless its options are given.
-
-Hypothesis profiles, chosen by the environment variable ``HYPOTHESIS_PROFILE`` (or
-hypothesis' own ``--hypothesis-profile``):
+Loaded by every pytest run in an environment where sigma-ref is installed, it changes
+nothing there: its options share the prefix ``--sigma-ref-``, and it only registers the
+hypothesis profile names below (a project's own profile of the same name wins). The suite
+loads one when it runs (``spec/conftest.py``), chosen by ``--hypothesis-profile``, else the
+environment variable ``HYPOTHESIS_PROFILE``:
 
 * ``ci`` (the default when ``CI`` is set): derandomized, 25 examples a test, so a CI
   run is reproducible and fast;
@@ -15,19 +15,29 @@ Failing examples are saved in hypothesis' example database, ``.hypothesis/`` in 
 directory pytest runs from, and replayed first on the next run. (The conformance
 properties run with the database off; a failure is reproduced from the printed seed.)
 
-Conformance options (used by ``spec/``; nothing changes unless one is given):
+Conformance options (used by ``spec/``; nothing changes unless one is given; all share
+the prefix ``--sigma-ref-``, as hypothesis' options share ``--hypothesis-``):
 
-* ``--impl pkg.module:attr``: the implementation under test, a plain function or a
-  ``sigma_ref.conformance.Adapter`` (default: the oracle itself, so the suite checks
+* ``--sigma-ref-impl pkg.module:attr``: the implementation under test, a plain function
+  or a ``sigma_ref.conformance.Adapter`` (default: the oracle itself, so the suite checks
   itself in every run);
-* ``--layout contiguous|index|grouped|token|keep-mask``: how a plain function is called;
+* ``--sigma-ref-layout contiguous|index|grouped|token|keep-mask``: how a plain function is called;
 * ``--sigma-ref-output KEY|INDEX``: where the advantages are in the result (``sigma-ref
   check --output``);
-* ``--loss pkg.module:loss``: ``loss(logp, old_logp, advantages, mask) -> scalar``, enables
-  the gradient checks;
-* ``--convention auto|<preset>|rloo``: what the implementation should compute (default
-  ``auto``: detected from probes);
-* ``--report out.json``: write the results as JSON (and print the one-screen summary).
+* ``--sigma-ref-loss pkg.module:loss``: ``loss(logp, old_logp, advantages, mask) -> scalar``,
+  enables the gradient checks;
+* ``--sigma-ref-convention auto|<preset>|rloo``: what the implementation should compute
+  (default ``auto``: detected from probes);
+* ``--sigma-ref-report out.json``: write the results as JSON (and print the one-screen summary);
+* ``--sigma-ref-precision auto|float64|float32|...``: the working precision the tolerances
+  assume (default ``auto``: declared by the adapter, else detected);
+* ``--sigma-ref-strict``: a WARN verdict counts as a FAIL;
+* ``--sigma-ref-timeout SECONDS``: the limit on each call of the implementation (default
+  10; 0: none); a call that does not return in time fails its property.
+
+``sigma-ref check`` runs this suite in a child process and reads its progress from the
+hidden ``--sigma-ref-progress PATH`` (one JSON object a line), so that an implementation
+that ends the process is reported with the property that was running.
 """
 
 from __future__ import annotations
@@ -39,52 +49,60 @@ from typing import Any
 
 import pytest
 
+#: The suite's hypothesis profiles (module doc).
+PROFILES: dict[str, dict[str, Any]] = {
+    "ci": {"max_examples": 25, "derandomize": True, "deadline": None, "print_blob": True},
+    "dev": {"max_examples": 100, "deadline": None, "print_blob": True},
+    "thorough": {"max_examples": 1000, "deadline": None, "print_blob": True},
+}
 
-def _register_profiles() -> None:
-    """Register and load the hypothesis profiles (a no-op where hypothesis is absent).
 
-    sigma-ref's runtime does not need hypothesis; only the suite does. Without this
-    guard, installing sigma-ref would break every pytest run in an environment that
-    has pytest but not hypothesis.
+def register_profiles() -> None:
+    """Register the profiles ``ci``, ``dev`` and ``thorough`` where no profile of that name exists.
+
+    Registering loads nothing: a session keeps hypothesis's settings until it runs the suite
+    (:func:`load_suite_profile`) or names a profile itself (``--hypothesis-profile ci``). A
+    project's own profile of the same name is left alone. A no-op where hypothesis is absent.
     """
     try:
         from hypothesis import HealthCheck, settings
+        from hypothesis.errors import InvalidArgument
     except ImportError:
         return
-    slow_data = [HealthCheck.too_slow, HealthCheck.data_too_large]
-    settings.register_profile(
-        "ci",
-        max_examples=25,
-        derandomize=True,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=slow_data,
-    )
-    settings.register_profile("dev", max_examples=100, deadline=None, print_blob=True)
-    settings.register_profile(
-        "thorough",
-        max_examples=1000,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=slow_data,
-    )
-    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+    slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    for name, kw in PROFILES.items():
+        try:
+            settings.get_profile(name)
+        except InvalidArgument:
+            extra = {} if name == "dev" else {"suppress_health_check": slow}
+            settings.register_profile(name, **kw, **extra)
 
 
-_register_profiles()
+def load_suite_profile(config: pytest.Config) -> None:
+    """Load the suite's profile for a session that runs it: the one given with
+    ``--hypothesis-profile`` (hypothesis loads it), else ``$HYPOTHESIS_PROFILE``, else ``ci``
+    where ``CI`` is set and ``dev`` otherwise. Called by ``spec/conftest.py`` and the project's
+    own ``conftest.py``, never by the plugin itself."""
+    if config.getoption("hypothesis_profile", None):
+        return
+    from hypothesis import settings
+
+    register_profiles()
+    name = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+    settings.load_profile(name)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the conformance options (module doc)."""
     group = parser.getgroup("sigma-ref", "sigma-ref conformance suite (spec/)")
     group.addoption(
-        "--impl",
+        "--sigma-ref-impl",
         default=None,
         metavar="PKG.MODULE:ATTR",
         help="implementation under test: a function or an Adapter (default: the oracle)",
     )
     group.addoption(
-        "--layout",
+        "--sigma-ref-layout",
         default=None,
         choices=("contiguous", "index", "grouped", "token", "keep-mask"),
         help="how a plain function is called: fn(rewards, G), fn(rewards, index), fn(rewards[B, G]), "
@@ -97,22 +115,154 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where the advantages are in what the function returns: o[KEY] or o[INDEX]",
     )
     group.addoption(
-        "--loss",
+        "--sigma-ref-loss",
         default=None,
         metavar="PKG.MODULE:ATTR",
         help="loss(logp, old_logp, advantages, mask) -> scalar; enables the gradient checks",
     )
     group.addoption(
-        "--convention", default="auto", help="auto (detect from probes, default), a preset name, or rloo"
+        "--sigma-ref-convention",
+        default="auto",
+        help="auto (detect from probes, default), a preset name, or rloo",
     )
-    group.addoption("--report", default=None, metavar="PATH", help="write the conformance results as JSON")
-    # sigma-ref check reads its own temporary report; it must not tell the user about it
-    group.addoption("--report-is-internal", action="store_true", help=argparse.SUPPRESS)
+    group.addoption(
+        "--sigma-ref-report", default=None, metavar="PATH", help="write the conformance results as JSON"
+    )
+    group.addoption(
+        "--sigma-ref-precision",
+        default="auto",
+        help="working precision of the tolerances: auto (declared or detected), float64, float32, ...",
+    )
+    group.addoption("--sigma-ref-strict", action="store_true", help="a WARN verdict counts as a FAIL")
+    group.addoption(
+        "--sigma-ref-aggregation",
+        default=None,
+        help="the loss's declared aggregation (verl's mode names or a TRL loss_type; default: detected)",
+    )
+    group.addoption(
+        "--sigma-ref-clip",
+        default=None,
+        metavar="EPS_LOW[,EPS_HIGH]",
+        help="the loss's declared PPO clip range",
+    )
+    group.addoption(
+        "--sigma-ref-timeout",
+        default=None,
+        type=_timeout_option,
+        metavar="SECONDS",
+        help="limit on each call of the implementation (default 10; 0: none)",
+    )
+    # sigma-ref check reads the child's progress from this file; not for users
+    group.addoption("--sigma-ref-progress", default=None, help=argparse.SUPPRESS)
 
 
+def _timeout_option(text: str) -> float:
+    from sigma_ref.conformance.guard import timeout_option
+
+    return timeout_option(text)
+
+
+class _Progress:
+    """The progress file of ``--sigma-ref-progress``: one JSON object a line, flushed each line."""
+
+    def __init__(self, path: str, config: pytest.Config) -> None:
+        self.fh = open(path, "a", encoding="utf-8", buffering=1)
+        self.config = config
+        self.outcomes: dict[str, str] = {}
+
+    def write(self, event: str, **fields: Any) -> None:
+        import json
+
+        self.fh.write(json.dumps({"event": event, **fields}) + "\n")
+        self.fh.flush()
+
+
+def _progress(config: pytest.Config) -> _Progress | None:
+    return getattr(config, "_sigma_ref_progress", None)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers the conformance suite uses."""
-    config.addinivalue_line("markers", "sigma_property(name, level): a conformance property of spec/")
+    """Make the profile names known (before hypothesis loads ``--hypothesis-profile``), apply
+    ``--sigma-ref-timeout``, open the progress file. Loads no profile and changes no setting."""
+    register_profiles()
+    timeout = config.getoption("sigma_ref_timeout", None)
+    if timeout is not None:
+        from sigma_ref.conformance.guard import set_timeout
+
+        set_timeout(timeout)
+    path = config.getoption("sigma_ref_progress", None)
+    if path:
+        from sigma_ref.conformance import guard
+
+        progress = _Progress(path, config)
+        config._sigma_ref_progress = progress  # type: ignore[attr-defined]
+        progress.write("configured")
+
+        def stop(message: str) -> None:  # a hang the time limit cannot interrupt: end the child
+            progress.write("stopped", message=message)
+            os._exit(1)
+
+        guard._last_resort = stop
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    """Progress: a test starts (``sigma-ref check`` names it if the process dies)."""
+    progress = _PROGRESS[0]
+    if progress is not None:
+        progress.write("started", nodeid=nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Progress: remember each test's outcome (failed in any phase wins)."""
+    progress = _PROGRESS[0]
+    if progress is None:
+        return
+    outcome = report.outcome
+    if report.skipped and hasattr(report, "wasxfail"):
+        outcome = "xfailed"
+    before = progress.outcomes.get(report.nodeid)
+    if before is None or before == "passed" or (outcome == "failed"):
+        progress.outcomes[report.nodeid] = outcome
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    """Progress: a test finished, with its verdict (FAIL, WARN, NOTE, pass, skip)."""
+    progress = _PROGRESS[0]
+    if progress is None:
+        return
+    outcome = progress.outcomes.get(nodeid, "passed")
+    verdict = {"failed": "FAIL", "passed": "pass", "skipped": "skip", "xfailed": "xfail"}.get(
+        outcome, outcome
+    )
+    recorded = _state(progress.config)["outcomes"]
+    if recorded and recorded[-1].label == nodeid.rsplit("::", 1)[-1]:
+        verdict = recorded[-1].verdict  # the property's own class, as the summary shows it
+    progress.write("finished", nodeid=nodeid, outcome=verdict)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Progress: the hooks without ``config`` find the progress file here."""
+    _PROGRESS[0] = _progress(session.config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Progress: the run ended normally (``sigma-ref check`` then trusts the exit code)."""
+    progress = _progress(config)
+    if progress is not None:
+        from sigma_ref.conformance import guard
+
+        guard._last_resort = None
+        progress.write("end")
+        progress.fh.close()
+        _PROGRESS[0] = None
+    if config.getoption("sigma_ref_timeout", None) is not None:
+        from sigma_ref.conformance.guard import DEFAULT_TIMEOUT, set_timeout
+
+        set_timeout(DEFAULT_TIMEOUT)
+
+
+_PROGRESS: list[_Progress | None] = [None]
 
 
 def _state(config: pytest.Config) -> dict[str, Any]:
@@ -129,20 +279,35 @@ def conformance_context(config: pytest.Config) -> Any:
     if state["context"] is None:
         from hypothesis import settings
 
+        from sigma_ref.conformance.guard import ImplementationError
         from sigma_ref.conformance.session import build_context, new_seed
 
+        progress = _progress(config)
+        if progress is not None:
+            progress.write("context")
         try:
             state["context"] = build_context(
-                config.getoption("impl"),
-                layout=config.getoption("layout"),
-                loss=config.getoption("loss"),
-                convention=config.getoption("convention"),
+                config.getoption("sigma_ref_impl"),
+                layout=config.getoption("sigma_ref_layout"),
+                loss=config.getoption("sigma_ref_loss"),
+                convention=config.getoption("sigma_ref_convention"),
                 precision=config.getoption("sigma_ref_precision", "auto") or "auto",
                 strict=bool(config.getoption("sigma_ref_strict", False)),
                 output=config.getoption("sigma_ref_output", None),
+                aggregation=config.getoption("sigma_ref_aggregation", None),
+                clip=config.getoption("sigma_ref_clip", None),
             )
-        except (ValueError, TypeError) as exc:
-            raise pytest.UsageError(f"sigma-ref: {exc}") from None
+        except (ValueError, TypeError, ImplementationError) as exc:
+            # the implementation's own failure (its import raised, a probe ended the process's
+            # business) is a FAIL; a wrong option is a usage error
+            from sigma_ref.conformance.adapter import CallMismatch
+
+            own = isinstance(exc, ImplementationError | CallMismatch) or isinstance(
+                exc.__cause__, ImplementationError
+            )
+            if progress is not None:
+                progress.write("error", kind="implementation" if own else "usage", message=str(exc))
+            raise pytest.UsageError(f"sigma-ref: {'FAIL: ' if own else ''}{exc}") from None
         forced = config.getoption("hypothesis_seed", None)
         if forced is not None:
             state["seed"] = int(forced)
@@ -192,7 +357,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state = _state(config)
     if not state["outcomes"] or state["context"] is None:
         return
-    if config.getoption("impl") is None and config.getoption("report") is None:
+    if config.getoption("sigma_ref_impl") is None and config.getoption("sigma_ref_report") is None:
         return
     from hypothesis import settings
 
@@ -203,9 +368,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     kw = {"seed": state["seed"], "profile": profile, "seconds": seconds}
     terminalreporter.write_sep("=", "sigma-ref conformance")
     terminalreporter.write_line(summary(state["context"], state["outcomes"], **kw))
-    path = config.getoption("report")
+    path = config.getoption("sigma_ref_report")
     if path:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(to_json(report_dict(state["context"], state["outcomes"], **kw)) + "\n")
-        if not config.getoption("report_is_internal"):
-            terminalreporter.write_line(f"report written to {path}")
+        terminalreporter.write_line(f"report written to {path}")

@@ -1,6 +1,6 @@
 """Fixtures of the conformance suite: the implementation under test and the hypothesis seed.
 
-The options (``--impl``, ``--layout``, ``--loss``, ``--convention``, ``--report``) are
+The options (``--sigma-ref-impl``, ``--sigma-ref-layout``, ``--sigma-ref-loss``, ...) are
 registered by the ``sigma_ref.pytest_plugin`` plugin; the context is built once per run.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sigma_ref.conformance.properties import PROPERTIES, Context
-from sigma_ref.pytest_plugin import conformance_context, conformance_seed
+from sigma_ref.pytest_plugin import conformance_context, conformance_seed, load_suite_profile
 
 _HERE = Path(__file__).resolve().parent
 
@@ -37,6 +37,12 @@ def sigma_seed(pytestconfig: pytest.Config) -> int | None:
     return conformance_seed(pytestconfig)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite runs: its hypothesis profile, and its marker."""
+    load_suite_profile(config)
+    config.addinivalue_line("markers", "sigma_property(name, level): a conformance property of spec/")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize dtype-wise properties over the dtypes the implementation declares."""
     if "param" in metafunc.fixturenames:
@@ -58,5 +64,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_report_header(config: pytest.Config) -> str:
     """Say what is tested."""
-    impl = config.getoption("impl") or "the sigma_ref oracle (paper, index layout)"
-    return f"sigma-ref conformance: impl={impl}, convention={config.getoption('convention')}"
+    impl = config.getoption("sigma_ref_impl") or "the sigma_ref oracle (paper, index layout)"
+    return f"sigma-ref conformance: impl={impl}, convention={config.getoption('sigma_ref_convention')}"

@@ -154,19 +154,6 @@ print(sorted(m for m in ("torch", "sympy", "pyarrow", "matplotlib") if m in sys.
 """
 
 
-def _eager_torch() -> bool:
-    """``sigma_ref/__init__.py`` or ``_arrays.py`` still import torch at import time (other issues)."""
-    init = (ROOT / "sigma_ref" / "__init__.py").read_text()
-    arrays = (ROOT / "sigma_ref" / "_arrays.py").read_text()
-    return "\nfrom .advantages import" in init or "\nimport torch\n" in arrays
-
-
-@pytest.mark.xfail(
-    _eager_torch(),
-    reason="sigma_ref/__init__.py or _arrays.py import torch eagerly "
-    "(the lazy package is issue 12 item 4, another branch)",
-    strict=True,
-)
 def test_audit_path_imports_no_torch_or_sympy() -> None:
     """``sigma-ref audit 0.5 0.3 --G 8`` runs without importing torch, sympy, pyarrow or matplotlib."""
     done = subprocess.run([sys.executable, "-c", _STARTUP], capture_output=True, text=True, cwd=ROOT)

@@ -1,4 +1,4 @@
-"""End to end: ``pytest spec --impl ...`` and ``sigma-ref check/detect`` in subprocesses."""
+"""End to end: ``pytest spec --sigma-ref-impl ...`` and ``sigma-ref check/detect`` in subprocesses."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _pytest_spec(impl: str, *options: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """``pytest spec --impl IMPL OPTIONS...`` from the clone, in a subprocess."""
-    argv = [sys.executable, "-m", "pytest", "spec", "-q", "-p", "no:cacheprovider", "--impl", impl]
+    """``pytest spec --sigma-ref-impl IMPL OPTIONS...`` from the clone, in a subprocess."""
+    argv = [sys.executable, "-m", "pytest", "spec", "-q", "-p", "no:cacheprovider", "--sigma-ref-impl", impl]
     return _run([*argv, *options], tmp_path)
 
 
@@ -28,9 +28,9 @@ def test_pytest_spec_correct_and_wrong(tmp_path: Path) -> None:
     report = tmp_path / "ok.json"
     ok = _pytest_spec(
         "tests.gallery.correct:openrlhf_contiguous",
-        "--layout",
+        "--sigma-ref-layout",
         "contiguous",
-        "--report",
+        "--sigma-ref-report",
         str(report),
         tmp_path=tmp_path,
     )
@@ -40,9 +40,9 @@ def test_pytest_spec_correct_and_wrong(tmp_path: Path) -> None:
     assert data["conformant"] and data["convention"]["detected"]["preset"] == "openrlhf"
     bad = _pytest_spec(
         "tests.gallery.wrong:batch_mean_centering",
-        "--layout",
+        "--sigma-ref-layout",
         "contiguous",
-        "--convention",
+        "--sigma-ref-convention",
         "paper",
         tmp_path=tmp_path,
     )
@@ -93,6 +93,6 @@ def test_bad_options_fail_at_once(tmp_path: Path) -> None:
     no_layout = _run([str(BIN / "sigma-ref"), "check", "tests.gallery.correct:trl_contiguous"], tmp_path)
     assert no_layout.returncode == 2
     assert "--layout" in no_layout.stdout + no_layout.stderr
-    missing = _pytest_spec("no_such_module:fn", "--layout", "index", tmp_path=tmp_path)
+    missing = _pytest_spec("no_such_module:fn", "--sigma-ref-layout", "index", tmp_path=tmp_path)
     assert missing.returncode != 0
     assert "cannot import 'no_such_module'" in missing.stdout + missing.stderr

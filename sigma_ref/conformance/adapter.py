@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import warnings
+import importlib.util
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -464,6 +464,19 @@ def detect_keep_order(adapter: Adapter) -> str:
     return "first-seen"  # unreadable: the keep property reports the values it got
 
 
+def _call_unwrapped(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` under the guard (time limit; exits and interrupts become
+    :class:`~.guard.ImplementationError`); an ordinary exception is re-raised as itself."""
+    from .guard import ImplementationError, call_guarded
+
+    try:
+        return call_guarded(fn, *args, what=what, **kwargs)
+    except ImplementationError as exc:
+        if exc.rejected and isinstance(exc.__cause__, Exception):
+            raise exc.__cause__ from None
+        raise
+
+
 #: Errors that mean "called the wrong way" on the first designed probe.
 _SIGNATURE_ERRORS = (TypeError, IndexError, KeyError, AttributeError, CallMismatch)
 
@@ -496,10 +509,8 @@ def check_call(adapter: Adapter) -> None:
         given = adapter.layout_args(probe, rewards)
         args, kwargs = adapter.build_call(probe, rewards, given)
         passed = ", ".join([_shape_of(a) for a in args] + [f"{k}={_shape_of(v)}" for k, v in kwargs.items()])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            raw = fn(*args, **kwargs)
-            out = adapter.pick(raw)
+        raw = _call_unwrapped(fn, *args, what=f"{adapter.name} on the first probe", **kwargs)
+        out = adapter.pick(raw)
         if adapter.layout == "token":
             want: tuple[int, ...] = tuple(given[0].shape)
         elif adapter.layout == "keep-mask":
@@ -541,16 +552,39 @@ _LAYOUT_SIGNATURES = {
 
 
 def load_object(target: str, what: str = "--impl") -> Any:
-    """Import ``pkg.module:attr`` (``attr`` may be dotted) and return the object."""
+    """Import ``pkg.module:attr`` (``attr`` may be dotted) and return the object.
+
+    A malformed target or a missing module or attribute is a usage error (``ValueError``
+    naming the fix). Anything the module itself does while it is imported (raises, calls
+    ``sys.exit``, hangs past the time limit) is the implementation's failure: a ``ValueError``
+    whose ``__cause__`` is the :class:`~sigma_ref.conformance.guard.ImplementationError`.
+    """
+    from .guard import ImplementationError, call_guarded
+
     if not isinstance(target, str) or ":" not in target:
         raise ValueError(
             f"{what}={target!r} must look like 'pkg.module:attr', e.g. 'my_trainer.grpo:compute_advantages'"
         )
     module_name, _, attr = target.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{what}={target!r}: cannot import {module_name!r} ({exc})") from None
+        found = importlib.util.find_spec(module_name)
+    except Exception:  # a parent package that cannot be imported: the import below says why
+        found = True
+    if found is None:
+        raise ValueError(
+            f"{what}={target!r}: cannot import {module_name!r} (no module named {module_name!r})"
+        )
+    try:
+        obj: Any = call_guarded(importlib.import_module, module_name, what=f"import {module_name}")
+    except ImplementationError as exc:
+        original = exc.__cause__
+        if (
+            isinstance(original, ModuleNotFoundError)
+            and original.name
+            and module_name.startswith(original.name)
+        ):
+            raise ValueError(f"{what}={target!r}: cannot import {module_name!r} ({original})") from None
+        raise ValueError(f"{what} {target!r}: importing {module_name!r} {exc.detail}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

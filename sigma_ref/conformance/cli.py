@@ -6,14 +6,20 @@ import argparse
 import importlib.util
 import json
 import os
+import re
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
-from .adapter import LAYOUTS, load_adapter
-from .detect import detect_convention
+from .adapter import LAYOUTS
+from .guard import timeout_option
+from .scaleout import add_scaleout_arguments, run_from_args
 
-__all__ = ["spec_dir", "add_check", "add_detect", "run_check"]
+__all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary"]
 
 
 def spec_dir() -> Path:
@@ -36,83 +42,258 @@ def _importable_cwd() -> None:
         sys.path.insert(0, cwd)
 
 
-def run_check(args: argparse.Namespace) -> int:
-    """Run the suite on ``args.impl``; 0 iff every required property passes."""
-    try:
-        import hypothesis  # noqa: F401
-        import pytest
-    except ImportError as exc:
-        raise ValueError(
-            f"{exc.name} is missing: install the suite's runner with pip install 'sigma-ref[check]'"
-        ) from None
+#: Seconds the whole child run may take, per second of the per-call limit (a hang that escapes
+#: the per-call limit, in C code or in an implementation that swallows the alarm, ends here).
+RUN_LIMIT_FACTOR = {"ci": 30, "dev": 30, "thorough": 300}
+MIN_RUN_LIMIT = 120.0
 
-    _importable_cwd()
-    mismatch = _call_mismatch(args)
-    if mismatch is not None:  # fail fast: the call does not fit, no property can run
-        print(f"FAIL call shape: {mismatch}\nresult: NOT CONFORMANT (the call does not fit the layout)")
-        return 1
+
+def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, progress: str) -> list[str]:
+    """The child's pytest arguments."""
+    argv = [
+        str(where),
+        "--rootdir",
+        str(where),
+        "-c",
+        ini,
+        "-p",
+        "no:cacheprovider",
+        "--sigma-ref-impl",
+        args.impl,
+        "--sigma-ref-convention",
+        args.convention,
+        "--sigma-ref-progress",
+        progress,
+        "-q",
+        "--tb=" + ("short" if args.full else "no"),
+        "-p",
+        "no:warnings",
+        "-r" + ("fE" if args.full else "N"),
+    ]
+    if args.report:
+        argv += ["--sigma-ref-report", args.report]
+    if args.layout:
+        argv += ["--sigma-ref-layout", args.layout]
+    if args.loss:
+        argv += ["--sigma-ref-loss", args.loss]
+    if args.hypothesis_profile:
+        argv += ["--hypothesis-profile", args.hypothesis_profile]
+    if args.hypothesis_seed is not None:
+        argv += ["--hypothesis-seed", str(args.hypothesis_seed)]
+    if args.precision != "auto":
+        argv += ["--sigma-ref-precision", args.precision]
+    if args.strict:
+        argv.append("--sigma-ref-strict")
+    if args.timeout is not None:
+        argv += ["--sigma-ref-timeout", repr(args.timeout)]
+    if args.output is not None:
+        argv += ["--sigma-ref-output", args.output]
+    if args.aggregation is not None:
+        argv += ["--sigma-ref-aggregation", args.aggregation]
+    if args.clip is not None:
+        argv += ["--sigma-ref-clip", args.clip]
+    return argv
+
+
+def _read_progress(path: str) -> list[dict[str, Any]]:
+    events = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    break  # a line cut off by the process' end
+    except OSError:
+        pass
+    return events
+
+
+def _how_it_ended(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _test_name(nodeid: str) -> str:
+    return nodeid.rsplit("::", 1)[-1]
+
+
+def abnormal_summary(events: list[dict[str, Any]], ended: str) -> str:
+    """The summary of a child run that did not end normally: what finished, and what was running.
+
+    ``ended``: how it ended, e.g. ``"exit code 0"``, ``"signal SIGSEGV"`` or ``"no end
+    within 300 s (killed)"``.
+
+    >>> print(abnormal_summary([{"event": "context"}], "signal SIGSEGV"))
+    sigma-ref conformance: the run did not finish
+    FAIL: the implementation ended the process (signal SIGSEGV) while the convention was being detected
+    result: NOT CONFORMANT (the run did not finish)
+    """
+    finished: dict[str, str] = {}
+    running: str | None = None
+    phase = "before the suite started (loading the implementation)"
+    stopped = None
+    for e in events:
+        kind = e.get("event")
+        if kind == "stopped":
+            stopped = e.get("message")
+        elif kind == "context":
+            phase = "while the convention was being detected"
+        elif kind == "started":
+            running = e["nodeid"]
+        elif kind == "finished":
+            finished[e["nodeid"]] = e["outcome"]
+            running = None
+            phase = "between two properties"
+    lines = ["sigma-ref conformance: the run did not finish"]
+    for nodeid, verdict in finished.items():
+        lines.append(f"{verdict:<4} {_test_name(nodeid)}")
+    if running is not None:
+        lines.append(f"DIED {_test_name(running)}")
+        phase = f"while {_test_name(running)} was running"
+    if stopped is not None:
+        lines.append(f"FAIL: the implementation {stopped} {phase}; the run was stopped")
+    else:
+        verb = "did not finish" if "killed" in ended else "ended the process"
+        lines.append(f"FAIL: the implementation {verb} ({ended}) {phase}")
+    lines.append("result: NOT CONFORMANT (the run did not finish)")
+    return "\n".join(lines)
+
+
+def _run_limit(args: argparse.Namespace) -> float | None:
+    from .guard import DEFAULT_TIMEOUT
+
+    timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+    if timeout == 0:
+        return None
+    profile = args.hypothesis_profile or os.environ.get("HYPOTHESIS_PROFILE") or "dev"  # ci: as dev
+    return max(MIN_RUN_LIMIT, RUN_LIMIT_FACTOR.get(profile, 30) * timeout)
+
+
+def _run_child(argv: list[str], limit: float | None) -> tuple[int | str, str]:
+    """Run ``argv`` in its own process group: its exit code (or how it was stopped) and its stderr.
+
+    The child has its own session (the implementation cannot signal this process's group); a
+    Ctrl-C or SIGTERM of this process ends the child too.
+    """
+    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    previous = signal.getsignal(signal.SIGTERM)
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        signal.signal(signal.SIGTERM, _terminated)
+    try:
+        _, err = proc.communicate(timeout=limit)
+        return proc.returncode, err
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return f"no end within {limit:g} s (killed)", proc.communicate()[1]
+    finally:
+        if proc.poll() is None:  # KeyboardInterrupt or SIGTERM
+            _kill(proc)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # run_check ends the child and returns 130
+
+
+def _kill(proc: subprocess.Popen[Any]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Run the suite on ``args.impl`` in a child process; 0 iff no property fails.
+
+    The child is ``python -m pytest spec/ ...``: whatever the implementation does (``os._exit``,
+    a segfault, an abort, a hang past every limit) ends at most the child, and the parent prints
+    what finished and what was running. Exit codes: 0 conformant, 1 not conformant (including an
+    implementation that raises while it is imported or ends the process), 2 a usage error
+    (a malformed ``--impl``, a missing module or attribute, a bad option).
+    """
+    for name in ("pytest", "hypothesis"):
+        if importlib.util.find_spec(name) is None:
+            raise ValueError(
+                f"{name} is missing: install the suite's runner with pip install 'sigma-ref[check]'"
+            )
+    if ":" not in args.impl:
+        raise ValueError(
+            f"IMPL={args.impl!r} must look like 'pkg.module:attr', e.g. 'my_trainer.grpo:compute_advantages'"
+        )
     where = spec_dir()
     with tempfile.TemporaryDirectory() as tmp:
-        report = args.report or os.path.join(tmp, "report.json")
+        progress = os.path.join(tmp, "progress.jsonl")
         ini = os.path.join(tmp, "pytest.ini")  # isolate the run from the caller's pytest configuration
         with open(ini, "w", encoding="utf-8") as fh:
             fh.write("[pytest]\n")
-        argv = [
-            str(where),
-            "--rootdir",
-            str(where),
-            "-c",
-            ini,
-            "-p",
-            "no:cacheprovider",
-            "--impl",
-            args.impl,
-            "--convention",
-            args.convention,
-            "--report",
-            report,
-            "-q",
-            "--tb=" + ("short" if args.full else "no"),
-            "-p",
-            "no:warnings",
-            "-r" + ("fE" if args.full else "N"),
-        ]
-        if not args.report:
-            argv.append("--report-is-internal")
-        if args.layout:
-            argv += ["--layout", args.layout]
-        if args.loss:
-            argv += ["--loss", args.loss]
-        if getattr(args, "output", None) is not None:
-            argv += ["--sigma-ref-output", args.output]
-        if args.profile:
-            argv += ["--hypothesis-profile", args.profile]
-        if args.seed is not None:
-            argv += ["--hypothesis-seed", str(args.seed)]
-        code = int(pytest.main(argv))
-        if code not in (0, 1):
-            return 2
+        argv = [sys.executable, "-m", "pytest", *_pytest_argv(args, where, ini, progress)]
+        sys.stdout.flush()
         try:
-            with open(report, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, ValueError):
-            return 2
-    return 0 if code == 0 and data.get("conformant") else 1
+            ended, err = _run_child(argv, _run_limit(args))
+        except KeyboardInterrupt:
+            print("sigma-ref check: interrupted", file=sys.stderr)
+            return 130
+        events = _read_progress(progress)
+    errors = [e for e in events if e.get("event") == "error"]
+    crashed = "Fatal Python error: " in err
+    if crashed:  # faulthandler's dump: keep where it happened in the implementation
+        site, err = _crash_site(err)
+    if errors and errors[0].get("kind") == "implementation":
+        err = "\n".join(line for line in err.splitlines() if not line.startswith("ERROR: sigma-ref: FAIL: "))
+    if err.strip():
+        print(err.rstrip("\n"), file=sys.stderr)
+    if isinstance(ended, int) and events and events[-1].get("event") == "end":
+        if errors and errors[0].get("kind") == "usage":
+            return 2  # pytest printed the message
+        if errors:
+            print(f"FAIL: the implementation failed before the properties ran: {errors[0].get('message')}")
+            print("result: NOT CONFORMANT (1 FAIL)")
+            return 1
+        if ended in (0, 1):
+            return max(ended, _scaleout(args))
+        print(
+            f"sigma-ref check: pytest ended with exit code {ended} (see above); no verdict", file=sys.stderr
+        )
+        return 2  # pytest's own usage error or internal error
+    print()  # pytest's progress line may be unfinished
+    print(abnormal_summary(events, ended if isinstance(ended, str) else _how_it_ended(ended)))
+    if crashed and site:
+        print(f"where (innermost last): {site}")
+    return 1
 
 
-def _call_mismatch(args: argparse.Namespace) -> str | None:
-    """The fail-fast message when the first probe does not fit ``--layout``/``--output``, else ``None``."""
-    from .adapter import CallMismatch, check_call
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<fn>\S+)')
 
-    try:
-        adapter = load_adapter(args.impl, layout=args.layout, output=getattr(args, "output", None))
-    except (ValueError, TypeError):
-        return None  # option errors are reported by the run itself
-    try:
-        check_call(adapter)
-    except CallMismatch as exc:
-        return str(exc)
-    return None
+
+def _crash_site(err: str) -> tuple[str, str]:
+    """From faulthandler's dump in ``err``: the innermost frames outside the suite; ``err`` without it.
+
+    >>> dump = ["Fatal Python error: Segmentation fault", "Current thread 0x1 (most recent call first):",
+    ...         '  File "/c/ctypes.py", line 5 in string_at', '  File "/m/impl.py", line 61 in adv',
+    ...         '  File "/s/sigma_ref/conformance/guard.py", line 9 in call_guarded', "", "Extension modules"]
+    >>> _crash_site("\\n".join(["before", *dump]))
+    ('adv (/m/impl.py:61) -> string_at (/c/ctypes.py:5)', 'before')
+    """
+    head, _, dump = err.partition("Fatal Python error: ")
+    frames = []
+    for line in dump.splitlines():
+        m = _FRAME.match(line)
+        if m is None:
+            if frames:
+                break
+            continue
+        if f"sigma_ref{os.sep}" in m["file"] or "_pytest" in m["file"] or "hypothesis" in m["file"]:
+            break
+        frames.append(f"{m['fn']} ({m['file']}:{m['line']})")
+    return " -> ".join(reversed(frames[:3])), head.rstrip("\n")
 
 
 def add_check(sub: argparse._SubParsersAction) -> None:
@@ -120,28 +301,139 @@ def add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check",
         help="run the conformance suite (spec/) on an implementation",
-        description="Run the conformance suite on IMPL (pkg.module:attr, a function or an Adapter). Exit "
-        "code 0 only when every required property passes; prints a one-screen summary.",
+        description="Run the conformance suite on IMPL (pkg.module:attr, a function or an Adapter) in a "
+        "child process. Exit code 0 when no property FAILs, 1 when one does or the implementation ends "
+        "the process, fails to import or hangs, 2 on a usage error; prints a one-screen summary.",
     )
     p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
     p.add_argument("--layout", choices=LAYOUTS, help="how a plain function is called")
     p.add_argument("--loss", help="pkg.module:attr of loss(logp, old_logp, advantages, mask)")
+    p.add_argument("--convention", default="auto", help="auto (default), a preset name, or rloo")
+    p.add_argument("--report", help="write the results as JSON to this path")
+    p.add_argument(
+        "--hypothesis-profile",
+        choices=("ci", "dev", "thorough"),
+        help="hypothesis profile (default: $HYPOTHESIS_PROFILE, else ci where CI is set, else dev)",
+    )
+    p.add_argument("--hypothesis-seed", type=int, help="hypothesis seed (reproduces a random run)")
+    p.add_argument(
+        "--precision",
+        default="auto",
+        help="working precision of the tolerances: auto (declared or detected), float64, float32, ...",
+    )
+    p.add_argument("--strict", action="store_true", help="a WARN verdict counts as a FAIL")
+    p.add_argument(
+        "--timeout",
+        type=timeout_option,
+        metavar="SECONDS",
+        help="limit on each call of the implementation (default 10; 0: none); the whole run may take "
+        f"{RUN_LIMIT_FACTOR['dev']} times as long (at least {MIN_RUN_LIMIT:g} s)",
+    )
     p.add_argument(
         "--output", help="where the advantages are in the result: a KEY (o[KEY]) or an INDEX (o[0])"
     )
-    p.add_argument("--convention", default="auto", help="auto (default), a preset name, or rloo")
-    p.add_argument("--report", help="write the results as JSON to this path")
-    p.add_argument("--profile", choices=("ci", "dev", "thorough"), help="hypothesis profile")
-    p.add_argument("--seed", type=int, help="hypothesis seed (reproduces a random run)")
+    p.add_argument(
+        "--aggregation",
+        help="the loss's aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, "
+        "seq-mean-token-sum-norm, token-sum, or a TRL loss_type (grpo, bnpo, dr_grpo, dapo, ...); "
+        "default: detected",
+    )
+    p.add_argument(
+        "--clip",
+        metavar="EPS_LOW[,EPS_HIGH]",
+        help="the loss's PPO clip range (default: read off its gradient)",
+    )
     p.add_argument("--full", action="store_true", help="show each failure's full message")
+    add_scaleout_arguments(p)
     p.set_defaults(run=run_check)
 
 
-def _detect(args: argparse.Namespace) -> int:
+def _scaleout(args: argparse.Namespace) -> int:
+    """Level 5 after the suite, when --world-size or --micro-batches is given: 1 if a check FAILs."""
+    if getattr(args, "world_size", None) is None and getattr(args, "micro_batches", None) is None:
+        return 0
+    if args.aggregation is not None:
+        from ..objectives import resolve_aggregation
+
+        args.aggregation = resolve_aggregation(args.aggregation)
+    args.seed = args.hypothesis_seed
+    results = run_from_args(args)
+    print("sigma-ref scale-out (level 5, torch.distributed):")
+    for r in results:
+        print(r.line())
+    return 1 if any(r.verdict == "FAIL" for r in results) else 0
+
+
+def _detect_here(args: argparse.Namespace) -> int:
+    """``detect`` in this process (the child of :func:`_detect`): print the detection; 0 iff a preset."""
+    from .adapter import load_adapter
+    from .detect import detect_convention
+    from .guard import ImplementationError, set_timeout
+
+    if args.timeout is not None:
+        set_timeout(args.timeout)
     _importable_cwd()
-    adapter = load_adapter(args.impl, layout=args.layout)
-    print(detect_convention(adapter).summary())
-    return 0
+    try:
+        adapter = load_adapter(args.impl, layout=args.layout)
+    except ValueError as exc:
+        if isinstance(exc.__cause__, ImplementationError):
+            print(f"FAIL: {exc}")
+            return 1
+        raise
+    try:
+        detection = detect_convention(adapter)
+    except ImplementationError as exc:  # exited, interrupted or hung on a probe
+        print(f"FAIL: {exc}")
+        return 1
+    print(detection.summary())
+    if detection.preset is not None:
+        return 0
+    for note in detection.notes:
+        print(f"  probe: {note}")
+    return 1
+
+
+def _detect(args: argparse.Namespace) -> int:
+    """Run :func:`_detect_here` in a child process, so that the implementation cannot end this one."""
+    if args.in_process:
+        try:
+            code = _detect_here(args)
+        except (ValueError, TypeError) as exc:  # a usage error
+            print(f"sigma-ref detect: {exc}", file=sys.stderr)
+            code = 2
+        sys.stdout.flush()
+        print(_DETECT_DONE, file=sys.stderr, flush=True)
+        return code
+    argv = [sys.executable, "-m", "sigma_ref.cli", "detect", args.impl, "--in-process"]
+    if args.layout:
+        argv += ["--layout", args.layout]
+    if args.timeout is not None:
+        argv += ["--timeout", repr(args.timeout)]
+    sys.stdout.flush()
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    limit = _run_limit(argparse.Namespace(timeout=args.timeout, hypothesis_profile="ci"))
+    try:
+        _, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        print(f"FAIL: the implementation did not finish the probes within {limit:g} s (killed)")
+        return 1
+    except KeyboardInterrupt:
+        _kill(proc)
+        print("sigma-ref detect: interrupted", file=sys.stderr)
+        return 130
+    lines = err.splitlines()
+    done = _DETECT_DONE in lines
+    rest = "\n".join(line for line in lines if line != _DETECT_DONE)
+    if rest:
+        print(rest, file=sys.stderr)
+    if done:
+        return proc.returncode
+    print(f"FAIL: the implementation ended the process ({_how_it_ended(proc.returncode)}) during the probes")
+    return 1
+
+
+_DETECT_DONE = "sigma-ref detect: done"
 
 
 def add_detect(sub: argparse._SubParsersAction) -> None:
@@ -149,8 +441,17 @@ def add_detect(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "detect",
         help="print the convention an implementation follows (probes)",
-        description="Probe IMPL with designed reward vectors and print only the detected convention.",
+        description="Probe IMPL with designed reward vectors (in a child process) and print the detected "
+        "convention. Exit code 0 when it matches a preset (or RLOO), 1 when the function fails on the "
+        "probes or no known convention matches, 2 on a usage error.",
     )
     p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
     p.add_argument("--layout", choices=LAYOUTS, help="how a plain function is called")
+    p.add_argument(
+        "--timeout",
+        type=timeout_option,
+        metavar="SECONDS",
+        help="limit on each probe call (default 10; 0: none)",
+    )
+    p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=_detect)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -32,6 +31,7 @@ import numpy as np
 from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
 from ..conventions import PAPER, PRESETS, Convention
 from .adapter import Adapter, Batch
+from .guard import ImplementationError, call_guarded
 from .precision import precision_from_residual
 from .reference import Reference, as_numpy, reference_for
 
@@ -136,10 +136,10 @@ def _call(adapter: Adapter, batch: Batch) -> np.ndarray | None:
     """Advantages of a probe as float64 numpy, or ``None`` if the call raised or returned
     something that is not ``N`` numbers."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = adapter(batch).numpy()
-    except Exception:
+        out = call_guarded(adapter, batch, what=lambda: adapter.call_repr(batch)).numpy()
+    except ImplementationError as exc:
+        if not exc.rejected:  # exited, interrupted or hung: stop detecting, the run fails with it
+            raise
         return None
     return out if out.shape == (batch.n,) else None
 

@@ -8,7 +8,6 @@ actual advantages names the cause.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
 from ..conventions import DR_GRPO, Convention
+from .guard import call_guarded
 from .reference import Reference, as_numpy
 
 __all__ = ["likely_cause", "diagnose_mismatch"]
@@ -128,10 +128,8 @@ def diagnose_mismatch(ctx: Any, batch: Any, actual: np.ndarray) -> tuple[str | N
     confirmed = []
     for probe in probes:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                got = ctx.adapter(probe).numpy()
-        except Exception:
+            got = call_guarded(ctx.adapter, probe).numpy()
+        except Exception:  # ImplementationError included: the probe confirms nothing
             continue
         if got.shape != probe.rewards.shape:
             continue
@@ -162,9 +160,7 @@ def _cancels(ctx: Any, batch: Any) -> bool:
         if np.array_equal(centred, batch.rewards):
             return False
         probe = batch.with_rewards(centred)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got = ctx.adapter(probe).numpy()
+        got = call_guarded(ctx.adapter, probe).numpy()
         expected = ctx.expected(probe)
         tol = ctx.tolerance(probe, expected)
     except Exception:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +40,7 @@ from ..objectives import (
 from .adapter import Adapter, Batch
 from .detect import Detection
 from .diagnose import diagnose_mismatch
+from .guard import ImplementationError, bounded_shrink, call_guarded
 from .precision import PRECISIONS, SAFETY, advantage_tolerance, coarser, unit_roundoff
 from .reference import Reference, as_numpy
 
@@ -61,6 +61,8 @@ __all__ = [
 ]
 
 LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numerics")
+#: Seconds hypothesis may shrink a failure after finding it (its own limit is 300 s).
+SHRINK_BUDGET_S = 15.0
 _DTYPES = {
     "float64": torch.float64,
     "float32": torch.float32,
@@ -155,14 +157,7 @@ class Context:
         """The raw output for ``batch``; an exception from the implementation fails."""
         if rewards is None:
             rewards = torch.tensor(batch.rewards, dtype=dtype, device=device)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return self.adapter.call_raw(batch, rewards)
-        except Exception as exc:  # the implementation's own error
-            raise PropertyFailure(
-                Finding(f"raised {type(exc).__name__}: {exc}", self.adapter.call_repr(batch))
-            ) from exc
+        return _guarded(self.adapter.call_raw, batch, rewards, what=lambda: self.adapter.call_repr(batch))
 
     def flat(self, batch: Batch, **kw: Any) -> np.ndarray:
         """Advantages of ``batch`` as flat float64 numpy (shape checked)."""
@@ -285,6 +280,21 @@ def get_property(name: str) -> Property:
         raise ValueError(f"no property {name!r}; choose one of {sorted(PROPERTIES)}") from None
 
 
+def _guarded(fn: Callable[..., Any], *args: Any, what: Any, refusal_ok: bool = False, **kwargs: Any) -> Any:
+    """Call the implementation through :func:`~sigma_ref.conformance.guard.call_guarded` (time
+    limit, warnings off): any failure is a :class:`PropertyFailure` naming the call.
+
+    ``refusal_ok``: an ordinary exception is a legitimate answer (returns ``None``); exiting, an
+    interrupt or a hang still fail.
+    """
+    try:
+        return call_guarded(fn, *args, what=what, **kwargs)
+    except ImplementationError as exc:
+        if refusal_ok and exc.rejected:
+            return None
+        raise PropertyFailure(Finding(exc.detail, exc.what)) from exc
+
+
 def run_property(
     prop: Property | str,
     ctx: Context,
@@ -325,13 +335,16 @@ def run_property(
         kw["max_examples"] = max(1, settings.default.max_examples // prop.cost)
     if not shrink:
         kw["phases"] = [Phase.explicit, Phase.reuse, Phase.generate]
+    else:  # no explain phase: it re-runs the failure to name "lines only failing runs reach" (the guard's)
+        kw["phases"] = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
     if seed is not None:
         kw["derandomize"] = False  # an explicit seed picks the random stream
+    body = bounded_shrink(lambda example: prop.check(ctx, example, param), SHRINK_BUDGET_S)
 
     @settings(**kw)
     @given(strategy)
     def _property(example: Any) -> None:
-        prop.check(ctx, example, param)
+        body(example)
 
     _property.__qualname__ = _property.__name__ = prop.test_name
     test = hypothesis_seed(seed)(_property) if seed is not None else _property
@@ -673,11 +686,8 @@ def _check_malformed(ctx: Context, batch: Batch, p: Any) -> None:
     rewards = batch.rewards.copy()
     rewards[0] = math.nan
     bad = batch.with_rewards(rewards)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = ctx.adapter(bad)
-    except Exception:
+    out = _guarded(ctx.adapter, bad, what=lambda: ctx.adapter.call_repr(bad), refusal_ok=True)
+    if out is None:
         return  # a clear failure
     a = out.numpy()
     g = _groups_of(bad)
@@ -954,11 +964,10 @@ def _check_partial(ctx: Context, ex: tuple[np.ndarray, int], p: Any) -> None:
     rewards, G = ex
     n = rewards.shape[0]
     call = f"{ctx.adapter.name}(rewards={np.array2string(rewards, precision=4, separator=', ')}, G={G})"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = ctx.adapter.advantages(torch.tensor(rewards, dtype=torch.float64), G)
-    except Exception:
+    out = _guarded(
+        ctx.adapter.advantages, torch.tensor(rewards, dtype=torch.float64), G, what=call, refusal_ok=True
+    )
+    if out is None:
         return  # refused: a clear error is one of the two right answers
     batch = Batch(rewards, np.arange(n) // G)  # the remainder is a group of its own
     flat = out.reshape(-1) if isinstance(out, torch.Tensor) else None
@@ -1132,10 +1141,8 @@ def _loss(
     """The implementation's loss (ratio 1 unless ``old_logp`` is given); ``(loss, metrics)`` accepted."""
     assert ctx.adapter.loss is not None
     where = "at ratio 1" if old_logp is None else "at ratio != 1"
-    try:
-        out = ctx.adapter.loss(logp, logp.detach() if old_logp is None else old_logp, adv, mask)
-    except Exception as exc:
-        raise PropertyFailure(f"loss raised {type(exc).__name__}: {exc} [loss {where} on {batch!r}]") from exc
+    old = logp.detach() if old_logp is None else old_logp
+    out = _guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}")
     if isinstance(out, tuple | list) and out:
         out = out[0]  # (loss, metrics), as many trainers return
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
@@ -1640,10 +1647,7 @@ def _check_objective(ctx: Context, ex: Any, p: Any) -> None:
     extra = {k: x[k] for k in ("ref_logp", "rollout_logp") if k in accepted}
     named = "".join(", " + k for k in extra)
     call = f"loss(logp, old_logp, advantages, mask{named}) on 6 responses of lengths 1-6"
-    try:
-        out = ctx.adapter.loss(leaf, x["old_logp"], x["advantages"], x["mask"], **extra)
-    except Exception as exc:
-        raise PropertyFailure(Finding(f"loss raised {type(exc).__name__}: {exc}", call)) from exc
+    out = _guarded(ctx.adapter.loss, leaf, x["old_logp"], x["advantages"], x["mask"], what=call, **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]
     (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
@@ -1874,10 +1878,7 @@ _register(
 def _check_keep(ctx: Context, batch: Batch, p: Any) -> None:
     want = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
     if ctx.adapter.keep_mask is not None:
-        try:
-            got = ctx.adapter.keep(batch).numpy().astype(bool)
-        except Exception as exc:
-            raise PropertyFailure(f"keep_mask raised {type(exc).__name__}: {exc} [{batch!r}]") from exc
+        got = _guarded(ctx.adapter.keep, batch, what=lambda: f"keep_mask on {batch!r}").numpy().astype(bool)
         what = "keep_mask"
     else:
         a = ctx.flat(batch)
@@ -1914,12 +1915,10 @@ _register(
 def _check_singleton(ctx: Context, batch: Batch, p: Any) -> None:
     ref = ctx.reference
     if ref.singleton == "error":
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out = ctx.adapter(batch).numpy()
-        except Exception:
+        got = _guarded(ctx.adapter, batch, what=lambda: ctx.adapter.call_repr(batch), refusal_ok=True)
+        if got is None:
             return
+        out = got.numpy()
         single = np.bincount(_groups_of(batch))[_groups_of(batch)] == 1
         ctx.fail(
             f"groups of one response got {out[single].tolist()}, but should raise (no baseline) "

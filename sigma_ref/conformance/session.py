@@ -32,6 +32,8 @@ def build_context(
     precision: str = "auto",
     strict: bool = False,
     output: str | None = None,
+    aggregation: str | None = None,
+    clip: str | tuple[float, float] | None = None,
 ) -> Context:
     """The context for a run: the adapter, what it should compute, and the detection.
 
@@ -41,8 +43,10 @@ def build_context(
     else the detected one; a name (a preset or ``rloo``) fixes it. ``precision="auto"``
     uses the adapter's declared working precision, else the detected one (``float64`` or
     ``float32``). ``strict``: WARN verdicts count as FAIL. ``output`` (``--output
-    KEY|INDEX``): where the advantages are in the result. A call that does not fit the
-    layout raises :class:`~.adapter.CallMismatch` (a ``ValueError``) before any property runs.
+    KEY|INDEX``): where the advantages are in the result. ``aggregation`` and ``clip``
+    (``"0.2"`` or ``"0.2,0.28"``) declare the loss's aggregation and PPO clip range. A call
+    that does not fit the layout raises :class:`~.adapter.CallMismatch` (a ``ValueError``)
+    before any property runs.
     """
     if impl is None:
         adapter: Adapter = oracle_adapter("paper", layout=layout or "index").replace(
@@ -56,6 +60,10 @@ def build_context(
         raise ValueError(f"--convention {convention!r} must be 'auto' or one of {', '.join(REFERENCE_NAMES)}")
     if precision != "auto" and precision not in PRECISIONS:
         raise ValueError(f"--precision {precision!r} must be 'auto' or one of {', '.join(PRECISIONS)}")
+    if aggregation is not None:
+        adapter = adapter.replace(aggregation=aggregation)
+    if clip is not None:
+        adapter = adapter.replace(clip=_clip_range(clip))
     check_call(adapter)  # fail fast: the first probe must fit the layout
     if adapter.layout == "keep-mask":  # a filter: no advantages to detect a convention from
         ref = reference_for("paper" if convention == "auto" else convention)
@@ -65,11 +73,22 @@ def build_context(
         precision = adapter.precision or detection.precision
     declared: Any = convention if convention != "auto" else adapter.convention
     if declared is not None:
-        ref = reference_for(
-            declared
-        )  # exactly the declared convention: a detected clamp or filter is a deviation
+        ref = reference_for(declared)  # exactly as declared: a detected clamp or filter is a deviation
         return Context(adapter, ref, detection, ref.name, precision=precision, strict=strict)
     return Context(adapter, detection.reference, detection, None, precision=precision, strict=strict)
+
+
+def _clip_range(clip: str | tuple[float, float]) -> tuple[float, float]:
+    """``"0.2"`` -> ``(0.2, 0.2)``; ``"0.2,0.28"`` -> ``(0.2, 0.28)`` (``--clip EPS_LOW[,EPS_HIGH]``)."""
+    if isinstance(clip, tuple):
+        return clip
+    try:
+        parts = [float(x) for x in str(clip).split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2):
+        raise ValueError(f"--clip {clip!r} must be EPS_LOW or EPS_LOW,EPS_HIGH, e.g. 0.2 or 0.2,0.28")
+    return (parts[0], parts[-1])
 
 
 _RECORDED: dict[str, Outcome] = {}

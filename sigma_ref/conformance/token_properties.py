@@ -36,6 +36,7 @@ from .properties import (
     Property,
     PropertyFailure,
     _batches,
+    _guarded,
     _register,
 )
 from .reference import as_numpy
@@ -172,13 +173,8 @@ def _check_broadcast(ctx: Context, batch: Batch, p: Any) -> None:
     call = _token_repr(ctx, batch, lengths)
     given = ctx.adapter.layout_args(batch, r, lengths)
     before = [g.clone() for g in given[:2]]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            args, kwargs = ctx.adapter.build_call(batch, r, given)
-            adv_raw = ctx.adapter.pick(ctx.adapter.advantages(*args, **kwargs))
-    except Exception as exc:
-        raise PropertyFailure(Finding(f"raised {type(exc).__name__}: {exc}", call)) from exc
+    args, kwargs = ctx.adapter.build_call(batch, r, given)
+    adv_raw = ctx.adapter.pick(_guarded(ctx.adapter.advantages, *args, what=call, **kwargs))
     for name, old, new in zip(("token_level_rewards", "response_mask"), before, given[:2], strict=True):
         if not torch.equal(old, new):
             raise PropertyFailure(
@@ -475,14 +471,7 @@ def _check_keep_rule(ctx: Context, batch: Batch, p: Any) -> None:
     metric = ctx.adapter.keep_metric
     signal = _accuracy(batch.rewards) if metric == "accuracy" else batch.rewards
     want = as_numpy(dapo_keep_mask(signal, index=batch.index)).astype(bool)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got = ctx.adapter.keep(batch).numpy().astype(bool)
-    except Exception as exc:
-        raise PropertyFailure(
-            Finding(f"keep_mask raised {type(exc).__name__}: {exc}", f"keep_mask on {batch!r}")
-        ) from exc
+    got = _guarded(ctx.adapter.keep, batch, what=f"keep_mask on {batch!r}").numpy().astype(bool)
     call = f"{ctx.adapter.name}(rewards={batch.rewards.round(4).tolist()}, index={batch.index.tolist()})"
     if got.shape != want.shape:
         raise PropertyFailure(

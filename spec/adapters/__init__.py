@@ -1,8 +1,8 @@
 """Adapters that plug real trainers' code into the suite (``sigma_ref.conformance.Adapter``).
 
 Each module imports the installed package it adapts and exposes ``Adapter`` instances;
-run one with ``pytest spec --impl sigma_ref._spec.adapters.<module>:<adapter>`` (from an
-install) or ``--impl spec.adapters.<module>:<adapter>`` (from a clone).
+run one with ``pytest spec --sigma-ref-impl sigma_ref._spec.adapters.<module>:<adapter>``
+(from an install) or ``--sigma-ref-impl spec.adapters.<module>:<adapter>`` (from a clone).
 
 The modules: ``post`` (the seed post's code, ``sigma_ref.compat.post``, always there),
 ``trl`` (TRL 1.16.0), ``verl`` (verl 0.9.1) and ``openrlhf`` (OpenRLHF 0.11.2). Each
