@@ -2,14 +2,14 @@
 
 Loaded by every pytest run in an environment where sigma-ref is installed, it changes
 nothing there: its options share the prefix ``--sigma-ref-``, and it only registers the
-hypothesis profile names below (a project's own profile of the same name wins). The suite
-loads one when it runs (``spec/conftest.py``), chosen by ``--hypothesis-profile``, else the
-environment variable ``HYPOTHESIS_PROFILE``:
+hypothesis profiles below under names of its own. The suite loads one when it runs
+(``spec/conftest.py``), chosen by ``--hypothesis-profile``, else the environment variable
+``HYPOTHESIS_PROFILE`` (short names accepted), else by ``CI``:
 
-* ``ci`` (the default when ``CI`` is set): derandomized, 25 examples a test, so a CI
-  run is reproducible and fast;
-* ``dev`` (the default otherwise): 100 random examples a test;
-* ``thorough``: 1000 examples a test, for a deep check before a release.
+* ``sigma-ref-ci`` (short ``ci``; the default when ``CI`` is set): derandomized, 25
+  examples a test, so a CI run is reproducible and fast;
+* ``sigma-ref-dev`` (``dev``; the default otherwise): 100 random examples a test;
+* ``sigma-ref-thorough`` (``thorough``): 1000 examples a test, for a deep check before a release.
 
 Failing examples are saved in hypothesis' example database, ``.hypothesis/`` in the
 directory pytest runs from, and replayed first on the next run. (The conformance
@@ -49,47 +49,47 @@ from typing import Any
 
 import pytest
 
-#: The suite's hypothesis profiles (module doc).
+#: The suite's hypothesis profiles (module doc), in their own namespace: hypothesis itself
+#: registers (and under ``CI`` loads) a profile called ``ci``.
 PROFILES: dict[str, dict[str, Any]] = {
-    "ci": {"max_examples": 25, "derandomize": True, "deadline": None, "print_blob": True},
-    "dev": {"max_examples": 100, "deadline": None, "print_blob": True},
-    "thorough": {"max_examples": 1000, "deadline": None, "print_blob": True},
+    "sigma-ref-ci": {"max_examples": 25, "derandomize": True, "deadline": None, "print_blob": True},
+    "sigma-ref-dev": {"max_examples": 100, "deadline": None, "print_blob": True},
+    "sigma-ref-thorough": {"max_examples": 1000, "deadline": None, "print_blob": True},
 }
 
 
-def register_profiles() -> None:
-    """Register the profiles ``ci``, ``dev`` and ``thorough`` where no profile of that name exists.
+def profile_name(name: str) -> str:
+    """``ci`` -> ``sigma-ref-ci`` (``dev``, ``thorough`` likewise); other names unchanged."""
+    return f"sigma-ref-{name}" if f"sigma-ref-{name}" in PROFILES else name
 
-    Registering loads nothing: a session keeps hypothesis's settings until it runs the suite
-    (:func:`load_suite_profile`) or names a profile itself (``--hypothesis-profile ci``). A
-    project's own profile of the same name is left alone. A no-op where hypothesis is absent.
-    """
+
+def register_profiles() -> None:
+    """Register ``sigma-ref-ci``, ``sigma-ref-dev`` and ``sigma-ref-thorough`` (a no-op without
+    hypothesis). Registering loads nothing: a session keeps its settings until it runs the
+    suite (:func:`load_suite_profile`) or names a profile (``--hypothesis-profile sigma-ref-ci``)."""
     try:
         from hypothesis import HealthCheck, settings
-        from hypothesis.errors import InvalidArgument
     except ImportError:
         return
     slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
     for name, kw in PROFILES.items():
-        try:
-            settings.get_profile(name)
-        except InvalidArgument:
-            extra = {} if name == "dev" else {"suppress_health_check": slow}
-            settings.register_profile(name, **kw, **extra)
+        extra = {} if name == "sigma-ref-dev" else {"suppress_health_check": slow}
+        settings.register_profile(name, **kw, **extra)
 
 
 def load_suite_profile(config: pytest.Config) -> None:
     """Load the suite's profile for a session that runs it: the one given with
-    ``--hypothesis-profile`` (hypothesis loads it), else ``$HYPOTHESIS_PROFILE``, else ``ci``
-    where ``CI`` is set and ``dev`` otherwise. Called by ``spec/conftest.py`` and the project's
-    own ``conftest.py``, never by the plugin itself."""
+    ``--hypothesis-profile`` (hypothesis loads it), else ``$HYPOTHESIS_PROFILE`` (``ci``,
+    ``dev``, ``thorough`` or a full name), else ``sigma-ref-ci`` where ``CI`` is set and
+    ``sigma-ref-dev`` otherwise. Called by ``spec/conftest.py`` and the project's own
+    ``conftest.py``, never by the plugin itself."""
     if config.getoption("hypothesis_profile", None):
         return
     from hypothesis import settings
 
     register_profiles()
     name = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
-    settings.load_profile(name)
+    settings.load_profile(profile_name(name))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -77,7 +77,9 @@ def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, progress: str)
     if args.loss:
         argv += ["--sigma-ref-loss", args.loss]
     if args.hypothesis_profile:
-        argv += ["--hypothesis-profile", args.hypothesis_profile]
+        from ..pytest_plugin import profile_name
+
+        argv += ["--hypothesis-profile", profile_name(args.hypothesis_profile)]
     if args.hypothesis_seed is not None:
         argv += ["--hypothesis-seed", str(args.hypothesis_seed)]
     if args.precision != "auto":
