@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from sigma_ref.cli import build_parser
 from sigma_ref.conformance import guard
 from sigma_ref.conformance.adapter import load_object
-from sigma_ref.conformance.cli import _pytest_argv, abnormal_summary
+from sigma_ref.conformance.cli import _pytest_argv, _run_limit, abnormal_summary
 from sigma_ref.conformance.guard import ImplementationError, bounded_shrink, call_guarded, set_timeout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,13 +278,17 @@ def test_check_spells_options_as_hypothesis_does(tmp_path: Path) -> None:
         "--sigma-ref-impl m:f",
         "--sigma-ref-layout contiguous",
         "--hypothesis-seed 7",
-        "--hypothesis-profile ci",
+        "--hypothesis-profile sigma-ref-ci",  # the suite's own profile (hypothesis has a ci of its own)
         "--sigma-ref-strict",
         "--sigma-ref-timeout 2.5",
         "--sigma-ref-progress progress.jsonl",
         "--sigma-ref-precision float32",
     ):
         assert part in text
+    thorough = build_parser().parse_args(
+        ["check", "m:f", "--timeout", "2", "--hypothesis-profile", "thorough"]
+    )
+    assert _run_limit(thorough) == 600.0  # 300 x --timeout for the thorough profile
     for old in (["--seed", "7"], ["--profile", "ci"], ["--timeout", "-1"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["check", "m:f", *old])

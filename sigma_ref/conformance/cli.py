@@ -173,6 +173,7 @@ def _run_limit(args: argparse.Namespace) -> float | None:
     if timeout == 0:
         return None
     profile = args.hypothesis_profile or os.environ.get("HYPOTHESIS_PROFILE") or "dev"  # ci: as dev
+    profile = profile.removeprefix("sigma-ref-")
     return max(MIN_RUN_LIMIT, RUN_LIMIT_FACTOR.get(profile, 30) * timeout)
 
 
