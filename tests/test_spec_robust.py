@@ -383,7 +383,7 @@ HOSTILE = [
     ("hangs", 0, ("--timeout", "1"), "did not return within 1 s"),
     ("hangs", 40, ("--timeout", "1"), "did not return within 1 s [tests.gallery.hostile:hangs(rewards="),
     ("hangs_stubbornly", 40, ("--timeout", "1"), "caught the 3 interruptions sent to it while test_"),
-    ("wrong_length", 0, (), "out.shape=(2,), but should be (8,)"),
+    ("wrong_length", 0, (), "Tensor[float64, (2,)], but should be an array of shape (8,)"),
     ("raises_type_error", 0, (), "raised TypeError: unsupported operand type(s)"),
 ]
 
