@@ -108,7 +108,7 @@ def test_sigma_ref_check_prints_the_fail_fast_message_as_a_fail(capsys: pytest.C
     code = main(["check", "tests.gallery.shapes:dict_batch", "--layout", "index"])
     out = capsys.readouterr().out
     assert code == 1, out
-    assert out.startswith("FAIL call shape: the first probe did not fit layout 'index'")
+    assert out.startswith("FAIL: ") and "the first probe did not fit layout 'index'" in out, out
     assert "result: NOT CONFORMANT" in out
     fits = load_adapter("tests.gallery.shapes:dict_batch", layout="index", output="advantages")
     with pytest.raises(CallMismatch, match="raised TypeError"):  # still one argument, a dict

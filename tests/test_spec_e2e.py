@@ -47,7 +47,7 @@ def test_pytest_spec_correct_and_wrong(tmp_path: Path) -> None:
         tmp_path=tmp_path,
     )
     assert bad.returncode == 1, bad.stdout[-3000:]
-    assert "FAILED   test_group_centering" in bad.stdout
+    assert "FAIL test_group_centering" in bad.stdout
     assert "centered on the batch mean, not the group mean" in bad.stdout
     assert "result: NOT CONFORMANT" in bad.stdout
 
@@ -73,9 +73,10 @@ def test_sigma_ref_check_and_detect(tmp_path: Path) -> None:
     data = json.loads(report.read_text())
     assert data["conformant"] is False
     outcome = {p["test"]: p for p in data["properties"]}
-    assert outcome["test_silent_group_zero"]["outcome"] == "failed"
+    assert outcome["test_silent_group_zero"]["verdict"] == "FAIL"
     assert "silent groups" in outcome["test_silent_group_zero"]["message"]
-    assert data["counts"]["failed"] >= 1 and data["implementation"] == "tests.gallery.wrong:nan_on_silent"
+    assert outcome["test_silent_group_zero"]["finding"]["confirmed"] is True
+    assert data["counts"]["FAIL"] >= 1 and data["implementation"] == "tests.gallery.wrong:nan_on_silent"
     good = _run([str(BIN / "sigma-ref"), "check", "tests.gallery.correct:dapo_adapter"], tmp_path)
     assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-2000:]
     assert "result: CONFORMANT" in good.stdout

@@ -26,7 +26,7 @@ ranks, so a loss whose pieces should add up to the global loss multiplies by the
 
 **Globals** (:data:`GLOBALS`): a loss ``loss(logp, old_logp, advantages, mask, **globals)``
 gets exactly the keyword arguments its signature names; an advantage function may ask for
-``process_group``, ``rank`` and ``world_size``. ``docs/scaleout.md`` documents the protocol
+``process_group``, ``rank`` and ``world_size``. ``spec/README.md`` (level 5) documents the protocol
 with verl's and TRL's normalisers as examples.
 
 A failure names the bug class with the measured factor ``c`` (the least-squares fit of the

@@ -463,6 +463,10 @@ _SHAPED = Batch(
 )
 
 
+#: The same shaped rewards as contiguous groups of one size, for layouts without ids.
+_SHAPED_GROUPED = Batch.grouped([[1.1, 1.0, 1.05, 1.2], [0.1, 0.0, 0.3, 0.2], [1.1, 0.4, 0.0, 1.25]])
+
+
 def _accuracy(rewards: np.ndarray) -> np.ndarray:
     return (rewards > ACCURACY_THRESHOLD).astype(np.float64)
 
@@ -520,7 +524,7 @@ _register(
         "that differ while every response is right (or "
         "wrong) are dropped, or the reward (keep iff not all equal); per response or per group.",
         _check_keep_rule,
-        lambda ctx, p: [_SHAPED, *_WITH_SILENT, *_BINARY],
+        lambda ctx, p: [_SHAPED if ctx.adapter.ragged else _SHAPED_GROUPED, *_WITH_SILENT, *_BINARY],
         _keep_strategy,
         applies=lambda ctx, p: (
             None if ctx.adapter.keep_mask is not None else "no keep mask given (layout keep-mask checks one)"

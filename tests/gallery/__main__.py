@@ -1,42 +1,103 @@
-"""``python -m tests.gallery --markdown``: the kill table of the gallery, for the README.
+"""``python -m tests.gallery --markdown``: the kill tables of the galleries, for the README.
 
-One row per deliberately wrong implementation: what its author meant, the property the
-suite must catch it with, how many required properties fail, and the suite's words.
+One row per deliberately wrong implementation: what its author meant, the verdict and the
+property the suite catches it with, how many properties FAIL, and the suite's words (the
+cause a probe confirmed, else the message). The trainer gallery (``trainers_wrong``) gets a
+second table, and the correct trainer code a count of CONFORMANT runs with nothing declared.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from . import failing_properties, wrong, wrong_context
+from sigma_ref.conformance import Adapter
+from sigma_ref.conformance.properties import Outcome, run_suite
+from sigma_ref.conformance.session import build_context
+
+from . import trainers_correct, trainers_wrong, wrong, wrong_context
+
+_MARK = "Likely cause (confirmed by a probe): "
+_LAYOUTS = ("contiguous", "index", "grouped")
+
+
+def _words(message: str) -> str:
+    text = message.split("\n", 1)[0]
+    text = text.split(_MARK, 1)[1] if _MARK in text else text
+    return " ".join(text.split()).replace("|", "/")
 
 
 def kill_table() -> str:
-    """The gallery's kill table as markdown (the cause is the suite's own message)."""
-    matrix = {case.name: failing_properties(wrong_context(case), max_examples=2) for case in wrong.WRONG}
-    killed = sum(1 for fails in matrix.values() if fails)
-    rows = [
-        f"Kill rate: {killed}/{len(matrix)} deliberately wrong implementations caught.",
+    """The hand-written gallery's kill table as markdown (the cause is the suite's own message)."""
+    rows, killed, cases = [], 0, [c for c in wrong.WRONG if c.verdict == "FAIL"]
+    for case in wrong.WRONG:
+        ctx = wrong_context(case)
+        outcomes = run_suite(ctx, max_examples=2, shrink=False, seed=0)
+        fails = [o for o in outcomes if o.verdict == "FAIL"]
+        hit = [o for o in outcomes if o.verdict == case.verdict and o.name == case.breaks]
+        if case.verdict == "FAIL" and fails:
+            killed += 1
+        shown = hit[0] if hit else (fails[0] if fails else None)
+        words = _words(shown.message) if shown else "NOT CAUGHT"
+        label = shown.label if shown else "-"
+        rows.append(
+            f"| `{case.name}` | {case.intended} | {case.verdict} | `{label}` | {len(fails)} | {words} |"
+        )
+    head = [
+        f"Kill rate: {killed}/{len(cases)} deliberately wrong implementations FAIL; "
+        f"{len(wrong.WRONG) - len(cases)} hygiene cases get their WARN.",
         "",
-        "| wrong implementation | meant | caught by | failing | what the suite says |",
+        "| wrong implementation | meant | verdict | caught by | FAILs | what the suite says |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    return "\n".join(head + rows)
+
+
+def _trainer_outcomes(case, *, declare: bool) -> list[Outcome]:  # type: ignore[no-untyped-def]
+    kw = dict(loss=case.loss, keep_mask=case.keep_mask, name=case.name, dtypes=case.dtypes)
+    if case.aggregation:
+        kw["aggregation"] = case.aggregation
+    if declare and case.convention is not None:
+        kw["convention"] = case.convention
+    return run_suite(build_context(Adapter(case.fn, case.layout, **kw)), max_examples=2, shrink=False, seed=0)
+
+
+def trainer_table() -> str:
+    """The trainer gallery: correct code run undeclared, wrong code with its intent declared."""
+    correct = [c for c in trainers_correct.CASES if c.layout in _LAYOUTS]
+    conformant = sum(
+        not any(o.verdict == "FAIL" for o in _trainer_outcomes(c, declare=False)) for c in correct
+    )
+    rows, caught, confirmed = [], 0, 0
+    cases = [c for c in trainers_wrong.CASES if c.layout in _LAYOUTS]
+    for case in cases:
+        outcomes = _trainer_outcomes(case, declare=True)
+        fails = [o for o in outcomes if o.verdict == "FAIL"]
+        sure = [o for o in fails if o.finding is not None and o.finding.confirmed]
+        caught += bool(fails)
+        confirmed += bool(sure)
+        warns = [o for o in outcomes if o.verdict == "WARN"]
+        shown = (sure or fails or warns or [None])[0]
+        verdict = "FAIL" if fails else ("WARN" if warns else "pass")
+        words = _words(shown.message) if shown is not None else "NOT CAUGHT"
+        label = shown.label if shown is not None else "-"
+        rows.append(f"| `{case.name}` | {case.convention or '-'} | {verdict} | `{label}` | {words[:220]} |")
+    head = [
+        f"Trainer gallery: {conformant}/{len(correct)} correct implementations CONFORMANT with nothing "
+        f"declared; {caught}/{len(cases)} wrong ones NOT CONFORMANT, {confirmed} of them with a cause a "
+        "probe confirmed.",
+        "",
+        "| wrong trainer code | meant | verdict | caught by | what the suite says |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for case in wrong.WRONG:
-        fails = matrix[case.name]
-        caught = next((f for f in sorted(fails) if f.startswith(f"test_{case.breaks}")), None)
-        message = fails.get(caught, "") if caught else ""
-        cause = message.rpartition("Likely cause: ")[2] if "Likely cause: " in message else message
-        cause = " ".join(cause.split()).replace("|", "/")
-        caught = caught or "NOT CAUGHT"
-        rows.append(f"| `{case.name}` | {case.intended} | `{caught}` | {len(fails)} | {cause} |")
-    return "\n".join(rows)
+    return "\n".join(head + rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--markdown", action="store_true", help="print the kill table as markdown")
-    parser.parse_args()
-    print(kill_table())
+    parser.add_argument("--markdown", action="store_true", help="print the kill tables as markdown")
+    parser.add_argument("--trainers", action="store_true", help="only the trainer gallery's table")
+    args = parser.parse_args()
+    print(trainer_table() if args.trainers else kill_table())
 
 
 if __name__ == "__main__":
