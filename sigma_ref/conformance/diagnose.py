@@ -152,20 +152,27 @@ _CANCELLATION = (
 
 
 def _cancels(ctx: Any, batch: Any) -> bool:
-    """The targeted probe for cancellation: every group shifted to mean 0 (exact in float64,
-    and A(R + c) = A(R) in exact arithmetic) is computed within the working-precision
-    tolerance, while the original batch is not."""
+    """The targeted probes for cancellation: (1) every group shifted to mean 0 (exact in float64,
+    and ``A(R + c) = A(R)`` in exact arithmetic) is computed within the working-precision
+    tolerance while the original batch is not, and (2) a well-conditioned designed batch (groups
+    of five non-dyadic rewards of spread comparable to their size) is right too. A bug that is
+    not about precision (a batch mean, an integer mean) fails (2), however the shift hides it."""
+    from .adapter import Batch
+
+    def right(probe: Any) -> bool:
+        got = call_guarded(ctx.adapter, probe).numpy()
+        expected = ctx.expected(probe)
+        tol = ctx.tolerance(probe, expected)
+        return got.shape == expected.shape and bool(np.all(np.abs(got - expected) <= tol))
+
     try:
         centred = as_numpy(dr_grpo_advantage(batch.rewards, convention=_ZERO_SINGLETON, index=batch.index))
         if np.array_equal(centred, batch.rewards):
             return False
-        probe = batch.with_rewards(centred)
-        got = call_guarded(ctx.adapter, probe).numpy()
-        expected = ctx.expected(probe)
-        tol = ctx.tolerance(probe, expected)
+        live = [g for g in _PROBES_GROUPED if len(set(g)) > 1]  # no silent group: rounding only
+        return right(batch.with_rewards(centred)) and right(Batch.grouped(live))
     except Exception:
         return False
-    return got.shape == expected.shape and bool(np.all(np.abs(got - expected) <= tol))
 
 
 def _hypotheses(
@@ -477,8 +484,13 @@ def _sort_keys(index: np.ndarray) -> np.ndarray:
 
 
 def _divide_like(numerator: np.ndarray, rewards: np.ndarray, index: np.ndarray, ref: Reference) -> np.ndarray:
-    """``numerator / d`` with the reference's divisor ``d`` of each element's group (0 where d is 0)."""
-    _, d, _ = ref.statistics(rewards, index)
+    """``numerator / d`` with the reference's divisor ``d`` of each element's group, eps included
+    (silent groups too: ``std + eps = eps``); 0 where ``d`` is 0."""
+    if ref.convention is None:
+        _, d, _ = ref.statistics(rewards, index)
+    else:
+        st = group_statistics(rewards, convention=ref.convention.replace(singleton="zero"), index=index)
+        d = st.expand(np.asarray(st.divisor, dtype=np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(d > 0, numerator / np.where(d > 0, d, 1.0), 0.0)  # silent groups: 0
 

@@ -475,6 +475,9 @@ _LIVE = [
     Batch.grouped([[0.5, 2.0, -1.0], [1.0, 1.0, 0.0], [0.25, 0.0, 4.0]]),
 ]
 _BINARY = [Batch.grouped([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])]
+#: Ill-conditioned groups: near-equal rewards with an offset (a one-pass variance in float32 errs
+#: by 1.5% on the first; a stable float32 computation by ~1e-5)
+_ILL = [Batch.grouped([[5.0, 5.01, 5.0, 5.02], [10000.3, 10000.1, 10000.7, 10000.2]])]
 _WITH_SILENT = [Batch.grouped([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])]
 
 
@@ -727,7 +730,7 @@ _register(
         "A == oracle(R) under the convention: (R - mu) / d per group (d = 1 for Dr. GRPO; "
         "RLOO: G/(G-1) (R - mu)).",
         _check_values,
-        lambda ctx, p: _LIVE + _WITH_SILENT,
+        lambda ctx, p: _LIVE + _WITH_SILENT + _ILL,
         lambda ctx, p: _batches(ctx),
     )
 )
@@ -1781,13 +1784,21 @@ def _check_non_dyadic_silent(ctx: Context, batch: Batch, p: Any) -> None:
     bad = ~keep & (np.abs(a) > _SILENT_NOISE)
     if bad.any():
         i = int(np.argmax(bad))
+        # the targeted probe: the same batch with the silent groups' rewards made dyadic (exact means)
+        dyadic = np.where(keep, batch.rewards, np.round(batch.rewards * 4) / 4)
+        b = ctx.flat(batch.with_rewards(dyadic))
+        confirmed = bool(np.all(np.abs(b[~keep]) <= _SILENT_NOISE))
         ctx.fail(
             f"out[{i}]={a[i]:.6g} in a silent group (all rewards {batch.rewards[i]:.17g}), but should be 0 "
             f"(|A| <= {_SILENT_NOISE:g})",
             batch,
+            a if not confirmed else None,
             cause="the group's mean of equal non-dyadic rewards is not exactly the reward, so R - mean is "
-            "a rounding residue ~1e-17 and a 'std > 0' guard divides it by a std of the same size; "
-            "test silence with max == min (or torch.std, which is exact here), or add an eps",
+            "a rounding residue ~1e-17 and a 'std > 0' guard divides it by a std of the same size "
+            "(the same groups with dyadic rewards give 0); test silence with max == min (or torch.std, "
+            "which is exact here), or add an eps"
+            if confirmed
+            else None,
         )
 
 
