@@ -116,6 +116,7 @@ class Row:
     name: str = ""
     declared: str = ""
     detected: str = ""
+    aggregation: str = ""
     note: str = ""
     cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
     properties: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -180,6 +181,19 @@ def run_adapter(
     return results, ctx
 
 
+def _aggregation(results: list[dict[str, Any]]) -> str:
+    """The loss's aggregation as ``loss_aggregation`` measured it (``mode [declared|detected]``)."""
+    for r in results:
+        if r["property"] == "loss_aggregation" and r["message"].startswith("aggregation: "):
+            text = r["message"].removeprefix("aggregation: ")
+            mode, _, rest = text.partition(" [")
+            how = "declared" if rest.startswith("declared") else "detected"
+            return f"{mode} [{how}]"
+        if r["property"] == "loss_aggregation" and r["verdict"] == "FAIL":
+            return "FAIL"
+    return ""
+
+
 def _cells(results: list[dict[str, Any]]) -> dict[str, Cell]:
     cells = {}
     for level in LEVELS:
@@ -209,14 +223,14 @@ class Matrix:
 
     def table(self) -> list[list[str]]:
         """Header row and one row per implementation/mode."""
-        head = ["implementation", "mode", "declared", "detected", *LEVELS, "notes"]
+        head = ["implementation", "mode", "declared", "detected", "loss aggregation", *LEVELS, "notes"]
         body = []
         for r in self.rows:
             if r.status == "checked":
                 cells = [r.cells[level].text() for level in LEVELS]
             else:
                 cells = [r.status] * len(LEVELS)
-            body.append([r.implementation, r.mode, r.declared, r.detected, *cells, r.note])
+            body.append([r.implementation, r.mode, r.declared, r.detected, r.aggregation, *cells, r.note])
         return [head, *body]
 
     def to_markdown(self) -> str:
@@ -304,6 +318,7 @@ def run_matrix(
                     name=adapter.name,
                     declared=_declared(adapter),
                     detected=(det.preset or det.summary()) if det is not None else "",
+                    aggregation=_aggregation(results),
                     cells=_cells(results),
                     properties=results,
                     seconds=round(time.perf_counter() - start, 2),

@@ -91,6 +91,22 @@ def _estimator(name: str, **options: Any) -> Callable[[torch.Tensor, np.ndarray]
     return advantages
 
 
+def _token_estimator(name: str, **options: Any) -> Callable[..., Any]:
+    """verl's estimator called as verl calls it: token-level rewards, the response mask, uids."""
+
+    def advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray) -> Any:
+        fn = _core_algos().get_adv_estimator_fn(name)
+        return fn(
+            token_level_rewards=token_level_rewards,
+            response_mask=response_mask,
+            index=np.asarray(index),
+            **options,
+        )
+
+    advantages.__name__ = f"verl_{name}_token_level"
+    return advantages
+
+
 def _policy_loss(mode: str) -> Callable[..., torch.Tensor]:
     def loss(
         logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
@@ -108,8 +124,10 @@ _GRPO = _estimator("grpo", norm_adv_by_std_in_grpo=True)
 _DEFAULT_LOSS = _policy_loss("token-mean")
 
 
-def _adapter(fn: Callable[..., Any], convention: str, name: str, loss: Callable[..., Any] | None) -> Adapter:
-    return Adapter(fn, "index", loss=loss, convention=convention, ragged=True, name=f"verl {name}")
+def _adapter(
+    fn: Callable[..., Any], convention: str, name: str, loss: Callable[..., Any] | None, **kw: Any
+) -> Adapter:
+    return Adapter(fn, "index", loss=loss, convention=convention, ragged=True, name=f"verl {name}", **kw)
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -134,8 +152,28 @@ ADAPTERS: dict[str, Adapter] = {
 }
 ADAPTERS.update(
     {
-        f"loss[{mode}]": _adapter(_GRPO, "verl", f"grpo + policy loss {mode}", _policy_loss(mode))
+        f"loss[{mode}]": _adapter(
+            _GRPO, "verl", f"grpo + policy loss {mode}", _policy_loss(mode), aggregation=mode
+        )
         for mode in LOSS_AGG_MODES
+    }
+)
+# the outcome estimators in their own signature: (token_level_rewards [B, T], response_mask, index)
+# -> (advantages [B, T], returns [B, T]), the reward on each response's last valid token
+ADAPTERS.update(
+    {
+        f"{name}[token]": Adapter(
+            _token_estimator(name, **options),
+            "token",
+            convention=convention,
+            returns="advantages",
+            name=f"verl {name} (token level)",
+        )
+        for name, options, convention in (
+            ("grpo", {"norm_adv_by_std_in_grpo": True}, "verl"),
+            ("grpo_vectorized", {"norm_adv_by_std_in_grpo": True}, "verl"),
+            ("rloo", {}, "rloo"),
+        )
     }
 )
 
