@@ -396,8 +396,9 @@ def evaluate(
         return Outcome(prop.name, prop.level, label, "skip", str(exc))
     except Exception as raised:  # a PropertyFailure, or hypothesis's group around one (Flaky: nondeterminism)
         exc = _first_failure(raised)
-        if not isinstance(exc, PropertyFailure):
-            raise
+        if not isinstance(exc, PropertyFailure):  # the suite's own error: say so, never a verdict
+            text = f"the suite could not evaluate this property: {type(exc).__name__}: {exc}"
+            return Outcome(prop.name, prop.level, label, "NOTE", text)
         verdict = exc.verdict
         if verdict == "FAIL" and not prop.required(ctx):
             verdict = "WARN"
@@ -1469,6 +1470,16 @@ def _check_clip(ctx: Context, ex: Any, p: Any) -> None:
     high = _bound(~zero[0], r, upper=True)
     low = _bound(~zero[1, r < 1.5], r[r < 1.5], upper=False)
     dual = _bound(~zero[1, r > 1.5], r[r > 1.5], upper=True)
+    if declared is None and (
+        (high is not None and high < 1) or (low is not None and low > 1) or (dual or 2) <= 1
+    ):
+        raise PropertyFailure(
+            Finding(
+                f"the loss's gradient at ratios 0.5 to 4 is not a PPO clip (zero above {high} for A > 0, "
+                f"below {low} for A < 0): another objective; declare it (Adapter(objective=...)) to check it"
+            ),
+            verdict="NOTE",
+        )
     if declared is not None:
         eps_low, eps_high = declared
         obj = Objective(
@@ -1503,6 +1514,15 @@ def _check_clip(ctx: Context, ex: Any, p: Any) -> None:
         raise PropertyFailure(Finding(f"PPO surrogate at ratios 0.5 to 4: {summary} [{how}]"), verdict="NOTE")
     row, t = (int(v) for v in torch.nonzero(bad)[0])
     sign = "A > 0" if row == 0 else "A < 0"
+    if declared is None:  # not PPO's clipped surrogate, and nothing was declared: a fact, not a verdict
+        raise PropertyFailure(
+            Finding(
+                f"at ratio {float(r[t]):.3g} with {sign} dL/dlogp = {float(g[row, t]):.6g}, where a PPO clip "
+                f"{summary} would give {float(pred[row, t]):.6g}: the loss is another objective (CISPO, a "
+                "soft gate, importance weights); declare it (--clip, or Adapter(objective=...)) to check it"
+            ),
+            verdict="NOTE",
+        )
     cause = None
     if declared is not None and (high, low) != (None, None):
         got = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
@@ -1917,7 +1937,14 @@ _register(
         _check_keep,
         # a silent group of non-dyadic rewards too: np.std([0.1] * 3) is 1.4e-17, not 0, so a
         # `std > 0` filter keeps it
-        lambda ctx, p: [*_WITH_SILENT, *_BINARY, Batch.grouped([[0.1, 0.1, 0.1], [0.3, 0.7, 0.3]])],
+        lambda ctx, p: (
+            [*_WITH_SILENT, *_BINARY]
+            + (
+                [Batch.grouped([[0.1, 0.1, 0.1], [0.3, 0.7, 0.3]])]
+                if ctx.adapter.keep_mask is not None
+                else []
+            )
+        ),
         lambda ctx, p: _batches(ctx, binary=True),
     )
 )
