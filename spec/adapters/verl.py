@@ -15,10 +15,12 @@ Loss: ``compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response
 loss_agg_mode=mode, config=ActorConfig(...))`` with per-token advantages ``A_i mask_it``
 and an empty ``global_batch_info`` (one local batch: ``dp_size=1``, the batch's own
 token and sequence counts). The GRPO modes use the default ``token-mean``; the rows
-``loss[<mode>]`` pair the GRPO advantage with each ``loss_agg_mode``.
+``loss[<mode>]`` pair the GRPO advantage with each ``loss_agg_mode`` (declared as the
+loss's aggregation). The rows ``<estimator>[token]`` call the estimators in their own
+token-level signature (layout ``token``: the reward on each response's last valid token).
 
 >>> sorted(ADAPTERS)[:3]
-['grpo', 'grpo_no_std', 'grpo_vectorized']
+['grpo', 'grpo[token]', 'grpo_no_std']
 """
 
 from __future__ import annotations
