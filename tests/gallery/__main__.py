@@ -75,7 +75,10 @@ def trainer_table() -> str:
         caught += bool(fails)
         confirmed += bool(sure)
         warns = [o for o in outcomes if o.verdict == "WARN"]
-        shown = (sure or fails or warns or [None])[0]
+        # the row shows the property the bug is known to break when it FAILs there (stable even for
+        # a random implementation, whose other failures vary from run to run)
+        named = [o for o in sure if o.name in case.breaks]
+        shown = (named or sure or fails or warns or [None])[0]
         verdict = "FAIL" if fails else ("WARN" if warns else "pass")
         words = _words(shown.message) if shown is not None else "NOT CAUGHT"
         label = shown.label if shown is not None else "-"
