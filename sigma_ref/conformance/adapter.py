@@ -116,11 +116,16 @@ class Batch:
 
     def __repr__(self) -> str:
         G = self.group_size
-        r = np.array2string(self.rewards, precision=4, separator=", ", threshold=24)
+        r = array_text(self.rewards)
         if G is not None:
             return f"Batch(rewards={r}, G={G})"
-        idx = np.array2string(self.index, separator=", ", threshold=24)
+        idx = array_text(self.index)
         return f"Batch(rewards={r}, index={idx})"
+
+
+def array_text(values: np.ndarray) -> str:
+    """``values`` on one line for messages: 4 significant digits, long arrays elided with ``...``."""
+    return np.array2string(values, precision=4, separator=", ", threshold=24, max_line_width=10**6)
 
 
 def _describe(fn: Any) -> str:
@@ -419,7 +424,7 @@ class Adapter:
 
     def call_repr(self, batch: Batch) -> str:
         """How the function was called, for messages: ``fn(rewards=[...], G=4)``."""
-        r = np.array2string(batch.rewards, precision=4, separator=", ", threshold=24)
+        r = array_text(batch.rewards)
         hook = f" via inputs={_describe(self.inputs)}" if self.inputs is not None else ""
         if self.output is not None:
             hook += (
@@ -428,10 +433,10 @@ class Adapter:
                 else f", output={_describe(self.output)}"
             )
         if self.layout in ("index", "keep-mask"):
-            idx = np.array2string(batch.index, separator=", ", threshold=24)
+            idx = array_text(batch.index)
             return f"{self.name}(rewards={r}, index={idx}){hook}"
         if self.layout == "token":
-            idx = np.array2string(batch.index, separator=", ", threshold=24)
+            idx = array_text(batch.index)
             lengths = token_lengths(batch.n).tolist()
             return (
                 f"{self.name}(token_level_rewards=[N, {TOKEN_T}] with R={r} on the last valid token of "

@@ -37,7 +37,7 @@ from ..objectives import (
     loss_gradient_terms,
     resolve_aggregation,
 )
-from .adapter import Adapter, Batch
+from .adapter import Adapter, Batch, array_text
 from .detect import Detection
 from .diagnose import diagnose_mismatch
 from .guard import ImplementationError, bounded_shrink, call_guarded
@@ -967,7 +967,7 @@ _register(
 def _check_partial(ctx: Context, ex: tuple[np.ndarray, int], p: Any) -> None:
     rewards, G = ex
     n = rewards.shape[0]
-    call = f"{ctx.adapter.name}(rewards={np.array2string(rewards, precision=4, separator=', ')}, G={G})"
+    call = f"{ctx.adapter.name}(rewards={array_text(rewards)}, G={G})"
     out = _guarded(
         ctx.adapter.advantages, torch.tensor(rewards, dtype=torch.float64), G, what=call, refusal_ok=True
     )

@@ -26,7 +26,7 @@ import torch
 
 from ..advantages import dapo_keep_mask
 from ..testing import mismatch_message
-from .adapter import TOKEN_T, Batch, token_lengths
+from .adapter import TOKEN_T, Batch, array_text, token_lengths
 from .properties import (
     _BINARY,
     _LIVE,
@@ -93,8 +93,8 @@ def _call_token(
 def _token_repr(ctx: Context, batch: Batch, lengths: torch.Tensor | None) -> str:
     n = batch.n
     L = (token_lengths(n) if lengths is None else lengths).tolist()
-    r = np.array2string(batch.rewards, precision=4, separator=", ", threshold=24)
-    idx = np.array2string(batch.index, separator=", ", threshold=24)
+    r = array_text(batch.rewards)
+    idx = array_text(batch.index)
     return (
         f"{ctx.adapter.name}(token_level_rewards=[{n}, {TOKEN_T}] with R={r} on the last valid token of "
         f"lengths {L}, response_mask=[{n}, {TOKEN_T}], index={idx})"

@@ -21,9 +21,14 @@ _MARK = "Likely cause (confirmed by a probe): "
 _LAYOUTS = ("contiguous", "index", "grouped")
 
 
-def _words(message: str) -> str:
-    text = message.split("\n", 1)[0]
-    text = text.split(_MARK, 1)[1] if _MARK in text else text
+def _words(outcome: Outcome) -> str:
+    """The confirmed cause when a probe confirmed one, else the message's first sentence."""
+    finding = outcome.finding
+    if finding is not None and finding.cause and finding.confirmed:
+        text = finding.cause
+    else:
+        text = outcome.message.split("\n", 1)[0]
+        text = text.split(_MARK, 1)[1] if _MARK in text else text
     return " ".join(text.split()).replace("|", "/")
 
 
@@ -38,7 +43,7 @@ def kill_table() -> str:
         if case.verdict == "FAIL" and fails:
             killed += 1
         shown = hit[0] if hit else (fails[0] if fails else None)
-        words = _words(shown.message) if shown else "NOT CAUGHT"
+        words = _words(shown) if shown else "NOT CAUGHT"
         label = shown.label if shown else "-"
         rows.append(f"| `{case.name}` | {case.intended} | {case.verdict} | `{label}` | {words} |")
     head = [
@@ -80,7 +85,7 @@ def trainer_table() -> str:
         named = [o for o in sure if o.name in case.breaks]
         shown = (named or sure or fails or warns or [None])[0]
         verdict = "FAIL" if fails else ("WARN" if warns else "pass")
-        words = _words(shown.message) if shown is not None else "NOT CAUGHT"
+        words = _words(shown) if shown is not None else "NOT CAUGHT"
         label = shown.label if shown is not None else "-"
         rows.append(f"| `{case.name}` | {case.convention or '-'} | {verdict} | `{label}` | {words[:220]} |")
     head = [
