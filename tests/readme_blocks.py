@@ -57,9 +57,15 @@ def normalise(body: str) -> str:
     return _DURATION.sub("<duration>", body)
 
 
-def refresh(text: str) -> str:
-    """``text`` with every generated block re-run."""
-    return BLOCK.sub(lambda m: m.group(1) + render(m["cmd"], run(m["cmd"])) + m.group(4), text)
+def refresh(text: str, only: str | None = None) -> str:
+    """``text`` with every generated block re-run (those whose command contains ``only``, if given)."""
+
+    def one(m: re.Match[str]) -> str:
+        if only is not None and only not in m["cmd"]:
+            return m.group(0)
+        return m.group(1) + render(m["cmd"], run(m["cmd"])) + m.group(4)
+
+    return BLOCK.sub(one, text)
 
 
 def blocks(text: str) -> list[tuple[str, str]]:
@@ -70,9 +76,10 @@ def blocks(text: str) -> list[tuple[str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", action="store_true", help="rewrite README.md in place")
+    parser.add_argument("--only", metavar="TEXT", help="re-run only the blocks whose command contains TEXT")
     args = parser.parse_args()
     text = README.read_text(encoding="utf-8")
-    new = refresh(text)
+    new = refresh(text, args.only)
     if args.write:
         README.write_text(new, encoding="utf-8")
         return 0

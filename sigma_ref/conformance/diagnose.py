@@ -155,8 +155,11 @@ def _cancels(ctx: Any, batch: Any) -> bool:
     """The targeted probes for cancellation: (1) every group shifted to mean 0 (exact in float64,
     and ``A(R + c) = A(R)`` in exact arithmetic) is computed within the working-precision
     tolerance while the original batch is not, and (2) a well-conditioned designed batch (groups
-    of five non-dyadic rewards of spread comparable to their size) is right too. A bug that is
-    not about precision (a batch mean, an integer mean) fails (2), however the shift hides it."""
+    of five non-dyadic rewards of spread comparable to their size) is right too, and (3) so is the
+    batch's own index with well-conditioned rewards whose groups differ in mean and spread
+    (:func:`_well_conditioned`). A bug that is not about precision (a batch mean, an integer
+    mean) fails (2), however the shift hides it; one about grouping (ids matched to groups in the
+    wrong order) fails (3)."""
     from .adapter import Batch
 
     def right(probe: Any) -> bool:
@@ -170,9 +173,24 @@ def _cancels(ctx: Any, batch: Any) -> bool:
         if np.array_equal(centred, batch.rewards):
             return False
         live = [g for g in _PROBES_GROUPED if len(set(g)) > 1]  # no silent group: rounding only
-        return right(batch.with_rewards(centred)) and right(Batch.grouped(live))
+        return (
+            right(batch.with_rewards(centred))
+            and right(batch.with_rewards(_well_conditioned(batch.index)))
+            and right(Batch.grouped(live))
+        )
     except Exception:
         return False
+
+
+def _well_conditioned(index: np.ndarray) -> np.ndarray:
+    """Rewards for ``index`` with no offset to cancel and every group different: the response
+    of rank ``t`` in group ``j`` (sorted ids) gets ``(1 + j)(t + 1) / 7 + 0.37 j``."""
+    inv, counts = _groups(np.asarray(index).reshape(-1))
+    order = np.argsort(inv, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    rank = np.empty(inv.shape[0], dtype=np.int64)
+    rank[order] = np.arange(inv.shape[0]) - starts[inv[order]]
+    return (1.0 + inv) * (rank + 1.0) / 7.0 + 0.37 * inv
 
 
 def _hypotheses(
