@@ -1,4 +1,4 @@
-"""The peer matrix: the conformance suite run on every adapter of ``sigma_ref._spec.adapters``.
+"""The peer matrix: the conformance suite run on every adapter of ``sigma_ref.spec.adapters``.
 
 ``sigma-ref matrix [--markdown] [--json out.json]`` imports the adapter modules (the
 seed post, TRL, verl, OpenRLHF), runs every property of
@@ -37,7 +37,7 @@ from .adapter import Adapter
 
 __all__ = ["PEERS", "Cell", "Row", "Matrix", "run_matrix", "run_adapter", "adapter_module", "add_matrix"]
 
-#: Adapter modules of ``sigma_ref._spec.adapters``, in the matrix's order.
+#: Adapter modules of ``sigma_ref.spec.adapters``, in the matrix's order.
 PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf")
 #: Distributions whose versions the matrix reports.
 VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf")
@@ -77,11 +77,11 @@ def _matrix_profile(threads: int = 1) -> Iterator[None]:
 
 
 def adapter_module(name: str) -> types.ModuleType:
-    """The adapter module ``name`` (``sigma_ref._spec.adapters.<name>``, else a clone's ``spec.adapters``)."""
+    """The adapter module ``name`` (``sigma_ref.spec.adapters.<name>``, else a clone's ``spec.adapters``)."""
     if name not in PEERS:
         raise ValueError(f"peer={name!r} is not an adapter module; choose from {', '.join(PEERS)}")
     try:
-        return importlib.import_module(f"sigma_ref._spec.adapters.{name}")
+        return importlib.import_module(f"sigma_ref.spec.adapters.{name}")
     except ModuleNotFoundError:
         return importlib.import_module(f"spec.adapters.{name}")
 
@@ -346,7 +346,7 @@ def add_matrix(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "matrix",
         help="run the conformance suite on TRL, verl, OpenRLHF and the seed post (installed peers)",
-        description="Run every property of the suite on every adapter in sigma_ref._spec.adapters and print "
+        description="Run every property of the suite on every adapter in sigma_ref.spec.adapters and print "
         "one row per implementation and mode, one column per level (pass / FAIL / n/a), with the declared "
         "and detected conventions and the installed versions. Peers that are not installed appear as "
         "'not installed' rows (`make peers` installs them).",
