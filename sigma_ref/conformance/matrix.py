@@ -2,7 +2,7 @@
 
 ``sigma-ref matrix [--markdown] [--json out.json]`` imports the adapter modules (the
 seed post, TRL, verl, OpenRLHF), runs every property of
-:mod:`sigma_ref.conformance.properties` on every mode of every installed peer (the
+the suite (``spec/test_<level>.py``) on every mode of every installed peer (the
 mode's declared convention is what it is checked against; the detected one is shown
 beside it) and prints one row per implementation and mode, one column per level of
 SPEC section 7:
@@ -42,7 +42,7 @@ PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf")
 #: Distributions whose versions the matrix reports.
 VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf")
 _PROFILE = "sigma-ref-matrix"
-#: The suite's levels (SPEC section 7), the matrix's columns; equal to ``properties.LEVELS``
+#: The suite's levels (SPEC section 7), the matrix's columns; equal to ``core.LEVELS``
 #: (a test checks it), kept here so that registering the command needs no hypothesis.
 LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numerics")
 
@@ -159,11 +159,11 @@ def run_adapter(
 
     Each outcome is ``{"property", "param", "level", "verdict", "message"}`` with ``verdict``
     one of ``pass``, ``FAIL``, ``WARN``, ``NOTE``, ``skip`` (the suite's one runner,
-    :func:`~sigma_ref.conformance.properties.run_suite`). Failing inputs are not shrunk (the
+    :func:`~sigma_ref.conformance.core.run_suite`). Failing inputs are not shrunk (the
     matrix needs the verdict; ``sigma-ref check`` shrinks): the message shows the first
     failing input found.
     """
-    from .properties import run_suite
+    from .core import run_suite
     from .session import build_context
 
     with _matrix_profile(threads):
