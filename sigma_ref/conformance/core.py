@@ -406,8 +406,8 @@ def _run_in_pytest(prop: Property, ctx: Context, param: Any, seed: int | None) -
     outcome = evaluate(prop, ctx, param, seed=seed)
     # the running test's node id (pytest sets PYTEST_CURRENT_TEST to "<nodeid> (call)")
     _RECORDED[os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]] = outcome
-    if outcome.verdict == "skip":
-        pytest.skip(f"not applicable: {outcome.message}")
+    if outcome.verdict == "skip":  # reported at the property's own line in spec/ (its place_as)
+        raise pytest.skip.Exception(f"not applicable: {outcome.message}", _use_item_location=True)
     if outcome.verdict == "FAIL":
         msg = outcome.message
         if seed is not None:
