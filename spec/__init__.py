@@ -1,5 +1,8 @@
 """The sigma-ref conformance suite (SPEC section 7): one module per level, one test per property.
 
-Shipped inside the package as ``sigma_ref._spec`` so ``sigma-ref check`` runs the same
-modules from an install. See ``spec/README.md``.
+Each property is written once, as ``test_<name>`` in ``test_<level>.py`` under
+``@conformance_property`` (``sigma_ref.conformance.core``): the test is the check, its
+docstring the statement. Shipped inside the package as ``sigma_ref.spec`` so ``sigma-ref
+check``, the matrix and ``load_properties()`` run the same modules from an install. See
+``spec/README.md``.
 """

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from sigma_ref.conformance.properties import PROPERTIES, Context
+from sigma_ref.conformance.core import PROPERTIES, Context, load_properties
 from sigma_ref.pytest_plugin import conformance_context, conformance_seed, load_suite_profile
 
 _HERE = Path(__file__).resolve().parent
+load_properties()  # every property, in the suite's order, before pytest imports the modules
 
 
 def _property_of(item: Any) -> str | None:
@@ -28,7 +29,8 @@ def _property_of(item: Any) -> str | None:
 @pytest.fixture(scope="session")
 def sigma_ctx(pytestconfig: pytest.Config) -> Context:
     """The implementation under test and what it should compute."""
-    return conformance_context(pytestconfig)
+    ctx: Context = conformance_context(pytestconfig)
+    return ctx
 
 
 @pytest.fixture(scope="session")

@@ -4,74 +4,369 @@ Zero mean within each group; permutation equivariance within a group; groups
 independent; invariance to a reward shift; GRPO invariant to a positive scale, Dr. GRPO and
 RLOO equivariant; the binary two-valued structure (SPEC section 7, level 1).
 
-Each test runs ``sigma_ref.conformance.properties.PROPERTIES[name]``: designed inputs,
-then hypothesis-generated ones (shrunk on failure).
+Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
+statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
+ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason.
 """
 
 from __future__ import annotations
 
-from sigma_ref.conformance.properties import Context
-from sigma_ref.conformance.session import check_in_pytest
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from sigma_ref import strategies as sst
+from sigma_ref._compare import mismatch_message
+from sigma_ref.conformance.adapter import TOKEN_T, Batch, array_text, token_lengths
+from sigma_ref.conformance.core import (
+    Context,
+    Finding,
+    PropertyFailure,
+    conformance_property,
+    guarded,
+)
+from sigma_ref.conformance.inputs import (
+    BINARY,
+    ILL,
+    LIVE,
+    WITH_SILENT,
+    at_last,
+    batches,
+    call_token,
+    groups_of,
+    live,
+    seeded,
+    token_only,
+    token_repr,
+)
 
 
-def test_advantage_values(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """A == oracle(R) under the convention: (R - mu) / d per group (d = 1 for Dr. GRPO; RLOO:
-    G/(G-1) (R - mu)).
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: LIVE + WITH_SILENT + ILL,
+    strategy=lambda ctx, p: batches(ctx),
+)
+def test_advantage_values(ctx: Context, batch: Batch, p: Any) -> None:
+    """A == oracle(R) under the convention: (R - mu) / d per group (d = 1 for Dr. GRPO; RLOO: G/(G-1) (R
+    - mu)).
     """
-    check_in_pytest(sigma_ctx, "advantage_values", seed=sigma_seed)
+    a = ctx.flat(batch)
+    ctx.compare("advantages", batch, a, ctx.expected(batch))
 
 
-def test_group_centering(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="algebra",
+    examples=live,
+    strategy=lambda ctx, p: batches(ctx, silent="never"),
+)
+def test_group_centering(ctx: Context, batch: Batch, p: Any) -> None:
     """Zero mean within each group: sum_{i in g} A_i = 0."""
-    check_in_pytest(sigma_ctx, "group_centering", seed=sigma_seed)
+    a = ctx.flat(batch)
+    g = groups_of(batch)
+    sums = np.bincount(g, a)
+    slack = np.bincount(g, ctx.tolerance(batch))
+    bad = np.abs(sums) > slack
+    if bad.any():
+        j = int(np.argmax(bad))
+        ctx.fail(f"sum of advantages in group {j}: actual={sums[j]:.6g}, but should be 0", batch, a)
 
 
-def test_permutation_equivariance(sigma_ctx: Context, sigma_seed: int | None) -> None:
+def _permute_within(batch: Batch, rng: np.random.Generator) -> np.ndarray:
+    """A permutation of positions that maps each group's positions onto themselves."""
+    perm = np.arange(batch.n)
+    for gid in np.unique(batch.index):  # test input preparation, a few groups
+        pos = np.nonzero(batch.index == gid)[0]
+        perm[pos] = pos[rng.permutation(pos.size)]
+    return perm
+
+
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: [(b, 0) for b in LIVE],
+    strategy=lambda ctx, p: seeded(batches(ctx)),
+)
+def test_permutation_equivariance(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """Permuting responses within a group permutes their advantages: A(pi R) = pi A(R)."""
-    check_in_pytest(sigma_ctx, "permutation_equivariance", seed=sigma_seed)
+    batch, s = ex
+    perm = _permute_within(batch, np.random.default_rng(s))
+    a = ctx.flat(batch)
+    moved = batch.with_rewards(batch.rewards[perm])
+    b = ctx.flat(moved)
+    tol = ctx.tolerance(moved) + ctx.tolerance(batch)[perm]
+    ctx.compare("advantages of permuted rewards A(pi R) vs pi A(R)", moved, b, a[perm], tolerance=tol)
 
 
-def test_group_independence(sigma_ctx: Context, sigma_seed: int | None) -> None:
+def _group_scale(ctx: Context, p: Any) -> str | None:
+    conv = ctx.reference.convention
+    if conv is not None and conv.scale == "batch":
+        return "the convention divides by one std over the batch (scale='batch'): groups share it"
+    return None
+
+
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: [(LIVE[1], 1), (LIVE[1], 2)],
+    strategy=lambda ctx, p: seeded(batches(ctx, min_groups=2)),
+    applies=_group_scale,
+)
+def test_group_independence(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """Each group's advantages depend only on its own rewards: A_g(R) = A_g(R_g)."""
-    check_in_pytest(sigma_ctx, "group_independence", seed=sigma_seed)
+    batch, s = ex
+    rng = np.random.default_rng(s)
+    g = groups_of(batch)
+    j = int(rng.integers(g.max() + 1))
+    rewards = batch.rewards.copy()
+    member = g == j
+    rewards[member] = rng.integers(-8, 9, member.sum()) / 4
+    changed = batch.with_rewards(rewards)
+    a, b = ctx.flat(batch), ctx.flat(changed)
+    others = ~member
+    tol = (ctx.tolerance(batch) + ctx.tolerance(changed))[others]
+    found = mismatch_message(b[others], a[others], 0.0, tol)
+    if found:
+        ctx.fail(
+            f"changing the rewards of group {j} changed other groups' advantages: {found[0]}", changed, b
+        )
 
 
-def test_shift_invariance(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: [(LIVE[0], 3.0), (LIVE[1], -1.5)],
+    strategy=lambda ctx, p: st.tuples(batches(ctx), st.integers(-40, 40).map(lambda i: i / 4)),
+)
+def test_shift_invariance(ctx: Context, ex: tuple[Batch, float], p: Any) -> None:
     """A reward shift changes nothing: A(R + c) = A(R)."""
-    check_in_pytest(sigma_ctx, "shift_invariance", seed=sigma_seed)
+    batch, c = ex
+    a = ctx.flat(batch)
+    shifted = batch.with_rewards(batch.rewards + c)
+    b = ctx.flat(shifted)
+    tol = ctx.tolerance(shifted) + ctx.tolerance(batch)
+    ctx.compare(f"advantages of R + {c:g} vs advantages of R", shifted, b, a, tolerance=tol)
 
 
-def test_scale_behaviour(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: [(LIVE[0], 4.0), (LIVE[1], 0.5)],
+    strategy=lambda ctx, p: st.tuples(
+        batches(ctx, silent="never"), st.sampled_from([0.25, 0.5, 2.0, 3.0, 8.0])
+    ),
+)
+def test_scale_behaviour(ctx: Context, ex: tuple[Batch, float], p: Any) -> None:
     """GRPO is invariant to a positive reward scale, A(lambda R) = A(R); Dr. GRPO and RLOO are
     equivariant, A(lambda R) = lambda A(R).
     """
-    check_in_pytest(sigma_ctx, "scale_behaviour", seed=sigma_seed)
+    batch, lam = ex
+    a = ctx.flat(batch)
+    scaled = batch.with_rewards(batch.rewards * lam)
+    b = ctx.flat(scaled)
+    tol = ctx.tolerance(scaled) + ctx.tolerance(batch) * (1.0 if ctx.reference.scale_invariant else lam)
+    if ctx.reference.scale_invariant:
+        _, _, std = ctx.reference.statistics(batch.rewards, batch.index)
+        live = std[std > 0]
+        # d = std + eps: the relative change of A is at most eps / (lambda std)
+        slack = 4 * ctx.reference.eps / (min(lam, 1.0) * live.min()) if live.size else 0.0
+        ctx.compare(
+            f"advantages of {lam:g} R vs advantages of R (GRPO divides by the std: invariant)",
+            scaled,
+            b,
+            a,
+            tolerance=tol + slack * np.abs(a),
+        )
+    else:
+        ctx.compare(
+            f"advantages of {lam:g} R vs {lam:g} times advantages of R (no division: equivariant)",
+            scaled,
+            b,
+            lam * a,
+            tolerance=tol,
+        )
 
 
-def test_binary_two_valued(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: list(BINARY),
+    strategy=lambda ctx, p: batches(ctx, binary=True, silent="never"),
+)
+def test_binary_two_valued(ctx: Context, batch: Batch, p: Any) -> None:
     """Binary rewards give two values per group: A+ on correct, A- on incorrect responses; with d =
     sigma, A+ = sqrt((G-k)/k) and A- = -sqrt(k/(G-k)).
     """
-    check_in_pytest(sigma_ctx, "binary_two_valued", seed=sigma_seed)
+    a = ctx.flat(batch)
+    e = ctx.expected(batch)
+    g = groups_of(batch)
+    slack = np.zeros(g.max() + 1)
+    np.maximum.at(slack, g, 2 * ctx.tolerance(batch, e))
+    for side, name in ((batch.rewards == 1, "A+"), (batch.rewards == 0, "A-")):
+        lo = np.full(g.max() + 1, np.inf)
+        hi = np.full(g.max() + 1, -np.inf)
+        np.minimum.at(lo, g[side], a[side])
+        np.maximum.at(hi, g[side], a[side])
+        seen = np.isfinite(hi - lo)
+        spread = (hi - lo)[seen]
+        if (spread > slack[seen]).any():
+            ctx.fail(
+                f"{name} takes {spread.max():.3g} different values within a group, but should be one value",
+                batch,
+                a,
+            )
+    ctx.compare(
+        "two-valued advantages (A+ = sqrt((G-k)/k) sigma/d, A- = -sqrt(k/(G-k)) sigma/d)", batch, a, e
+    )
 
 
-def test_interleaved_groups(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """Groups given by an index are found wherever their responses are: ragged, interleaved, any
-    ids.
+def _index_only(ctx: Context, p: Any) -> str | None:
+    if not ctx.adapter.ragged:
+        return f"layout {ctx.adapter.layout!r} takes contiguous groups of one size"
+    return None
+
+
+_INTERLEAVED = [
+    Batch(np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.5, 2.0]), np.array([7, 3, 7, 3, 7, 11, 11])),
+    # uuid-like ids whose sorted order (a, c, e) is neither the first-seen order (e, a, c) nor
+    # its reverse: a result returned in sorted-id order is caught
+    Batch(
+        np.array([0.25, 1.0, 3.0, 0.0, 0.5, 2.0, 1.0, 0.0]),
+        np.array(["e7f1", "a09c", "c3d2", "e7f1", "a09c", "c3d2", "e7f1", "a09c"], dtype=object),
+    ),
+]
+
+
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: list(_INTERLEAVED),
+    strategy=lambda ctx, p: st.one_of(
+        sst.ragged_batches(interleaved=True, min_groups=2).map(lambda ri: Batch(*ri)),
+        sst.ragged_batches(interleaved=True, min_groups=2, ids="str", values="mixed").map(
+            lambda ri: Batch(*ri)
+        ),
+    ),
+    applies=_index_only,
+)
+def test_interleaved_groups(ctx: Context, batch: Batch, p: Any) -> None:
+    """Groups given by an index are found wherever their responses are: ragged, interleaved, any ids."""
+    a = ctx.flat(batch)
+    ctx.compare("advantages", batch, a, ctx.expected(batch))
+
+
+def _partial_examples(ctx: Context, p: Any) -> list[tuple[np.ndarray, int]]:
+    return [
+        (np.array([1.0, 0.0, 0.0, 0.0, 0.0, 3.0, 1.0, 0.0, 1.0, 0.0]), 4),
+        (np.array([0.5, 2.0, -1.0, 1.0, 0.25, 0.0, 4.0, 1.0]), 3),
+    ]
+
+
+def _partial_strategy(ctx: Context, p: Any) -> st.SearchStrategy[tuple[np.ndarray, int]]:
+    def build(r: np.ndarray, extra: int) -> tuple[np.ndarray, int]:
+        G = r.shape[1]
+        tail = np.arange(extra, dtype=np.float64) % 2  # a live remainder: 0, 1, 0, ...
+        return np.concatenate([r.reshape(-1), tail]), G
+
+    groups = sst.reward_groups(min_size=3, max_size=8, silent="never", values="mixed")
+    return groups.flatmap(lambda r: st.integers(2, r.shape[1] - 1).map(lambda e: build(r, e)))
+
+
+@conformance_property(
+    level="algebra",
+    examples=_partial_examples,
+    strategy=_partial_strategy,
+    applies=lambda ctx, p: (
+        None
+        if ctx.adapter.layout == "contiguous"
+        else f"layout {ctx.adapter.layout!r} has no group size to misalign"
+    ),
+)
+def test_partial_trailing_group(ctx: Context, ex: tuple[np.ndarray, int], p: Any) -> None:
+    """With N rewards not a multiple of G, a contiguous implementation raises, or treats the trailing N
+    mod G responses as a group of their own; it never returns values computed from missing or padded
+    entries.
     """
-    check_in_pytest(sigma_ctx, "interleaved_groups", seed=sigma_seed)
+    rewards, G = ex
+    n = rewards.shape[0]
+    call = f"{ctx.adapter.name}(rewards={array_text(rewards)}, G={G})"
+    out = guarded(
+        ctx.adapter.advantages, torch.tensor(rewards, dtype=torch.float64), G, what=call, refusal_ok=True
+    )
+    if out is None:
+        return  # refused: a clear error is one of the two right answers
+    batch = Batch(rewards, np.arange(n) // G)  # the remainder is a group of its own
+    flat = out.reshape(-1) if isinstance(out, torch.Tensor) else None
+    if flat is None or flat.shape[0] != n:
+        got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+        raise PropertyFailure(
+            Finding(
+                f"N = {n} rewards with G = {G} (a trailing partial group of {n % G}) gave out.shape={got}, "
+                f"but should raise or return {n} advantages with the remainder as its own group",
+                call,
+                cause=f"the last {n % G} responses are dropped or mixed into another group",
+                confirmed=True,
+            )
+        )
+    a = flat.detach().to("cpu", torch.float64).numpy()
+    expected = ctx.expected(batch)
+    found = mismatch_message(a, expected, 0.0, ctx.tolerance(batch, expected))
+    if found is not None:
+        raise PropertyFailure(
+            Finding(
+                f"N = {n} rewards with G = {G}: a trailing partial group of {n % G} was neither refused nor "
+                f"treated as its own group: {found[0]}",
+                call,
+                ctx.reference.name,
+                cause="the code accepts N not divisible by G and computes the last group from missing "
+                "or padded entries; raise (e.g. rewards.view(-1, G)) or group the remainder on its own",
+                confirmed=True,
+            )
+        )
 
 
-def test_partial_trailing_group(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """With N rewards not a multiple of G, a contiguous implementation raises, or treats the trailing N mod G
-    responses as a group of their own; it never returns values computed from missing or padded entries.
-    """
-    check_in_pytest(sigma_ctx, "partial_trailing_group", seed=sigma_seed)
+def _short_lengths(n: int) -> torch.Tensor:
+    """Every row shorter than T: the last column is padding (0) everywhere."""
+    return torch.clamp(token_lengths(n), max=TOKEN_T - 1)
 
 
-def test_token_reward_position(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: LIVE + BINARY,
+    strategy=lambda ctx, p: batches(ctx),
+    applies=token_only,
+)
+def test_token_reward_position(ctx: Context, batch: Batch, p: Any) -> None:
     """Layout token: the scalar reward of a response is read at its last valid token (or the row is
-    summed), not at the last column: with every response shorter than T, the advantage at the last
-    valid token equals oracle(R).
+    summed), not at the last column: with every response shorter than T, the advantage at the last valid
+    token equals oracle(R).
     """
-    check_in_pytest(sigma_ctx, "token_reward_position", seed=sigma_seed)
+    lengths = _short_lengths(batch.n)
+    _, _, adv = call_token(ctx, batch, lengths)
+    a = at_last(adv, lengths)
+    expected = ctx.expected(batch)
+    tol = ctx.tolerance(batch, expected)
+    found = mismatch_message(a, expected, 0.0, tol)
+    if found is None:
+        return
+    L = lengths.numpy().astype(np.float64)
+    readings = {
+        "the scalar is read from the last column (token_level_rewards[:, -1]), which is padding for a "
+        "response shorter than T: read it at the last valid token (or sum the row)": np.zeros_like(
+            batch.rewards
+        ),
+        "the scalar is the mean of the token rewards over the valid tokens (R / length): sum the row, or "
+        "read the last valid token": batch.rewards / L,
+        "the scalar is read from the first token: read the last valid token": np.where(
+            L == 1, batch.rewards, 0.0
+        ),
+    }
+    cause = None
+    for words, read in readings.items():
+        if mismatch_message(a, ctx.expected(batch.with_rewards(read)), 0.0, tol) is None:
+            cause = words
+            break
+    raise PropertyFailure(
+        Finding(
+            f"advantage at the last valid token: {found[0]}",
+            token_repr(ctx, batch, lengths),
+            ctx.reference.name,
+            cause,
+            confirmed=cause is not None,
+        )
+    )

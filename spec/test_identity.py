@@ -5,70 +5,677 @@ gradient of its own loss at ratio 1 on a small random policy) equals the oracle'
 ``(sigma^2/d) * (s+ - s-)`` per group; the convention is detected from probes
 (SPEC section 7, level 2).
 
-Each test runs ``sigma_ref.conformance.properties.PROPERTIES[name]``: designed inputs,
-then hypothesis-generated ones (shrunk on failure).
+Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
+statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
+ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason.
 """
 
 from __future__ import annotations
 
-from sigma_ref.conformance.properties import Context
-from sigma_ref.conformance.session import check_in_pytest
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from sigma_ref import strategies as sst
+from sigma_ref._compare import mismatch_message
+from sigma_ref.conformance.adapter import Batch
+from sigma_ref.conformance.core import (
+    Context,
+    Finding,
+    PropertyFailure,
+    conformance_property,
+    guarded,
+)
+from sigma_ref.conformance.inputs import (
+    BINARY,
+    POLICY_T,
+    WITH_SILENT,
+    Policy,
+    batches,
+    call_loss,
+    groups_of,
+    needs_loss,
+    seeded,
+)
+from sigma_ref.conformance.precision import PRECISIONS, SAFETY, unit_roundoff
+from sigma_ref.conformance.reference import as_numpy
+from sigma_ref.identity import decompose, policy_gradient
+from sigma_ref.objectives import (
+    AGGREGATION_MODES,
+    Objective,
+    aggregation_weights,
+    detect_aggregation,
+    loss_gradient,
+    loss_gradient_terms,
+    resolve_aggregation,
+)
 
 
-def test_advantage_identity(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """With the implementation's advantages, g = (1/G) sum_i A_i s_i = (sigma^2/d)(s+ - s-) per
-    group for binary rewards and any scores s_i in R^3.
+def _prediction(ctx: Context, batch: Batch, scores: np.ndarray) -> np.ndarray:
+    """The oracle's per-group update: (sigma^2/d) delta_s (RLOO: (1/G) sum A_i s_i)."""
+    ref = ctx.reference
+    if ref.convention is None:
+        return as_numpy(policy_gradient(ctx.expected(batch), scores, index=batch.index))
+    return as_numpy(decompose(batch.rewards, scores, convention=ref.convention, index=batch.index).prediction)
+
+
+def _binary_with_scores(ctx: Context, p: Any) -> st.SearchStrategy[tuple[Batch, np.ndarray]]:
+    return batches(ctx, binary=True).flatmap(lambda b: st.tuples(st.just(b), sst.score_vectors(n=b.n, dim=3)))
+
+
+@conformance_property(
+    level="identity",
+    examples=lambda ctx, p: [(b, np.arange(3.0 * b.n).reshape(b.n, 3) % 5 - 2) for b in BINARY + WITH_SILENT],
+    strategy=_binary_with_scores,
+)
+def test_advantage_identity(ctx: Context, ex: tuple[Batch, np.ndarray], p: Any) -> None:
+    """With the implementation's advantages, g = (1/G) sum_i A_i s_i = (sigma^2/d)(s+ - s-) per group
+    for binary rewards and any scores s_i in R^3.
     """
-    check_in_pytest(sigma_ctx, "advantage_identity", seed=sigma_seed)
+    batch, scores = ex
+    a = ctx.flat(batch)
+    if not np.isfinite(a).all():
+        ctx.fail("the update is undefined: advantages hold NaN or infinity", batch, a)
+    g = as_numpy(policy_gradient(a, scores, index=batch.index))
+    pred = _prediction(ctx, batch, scores)
+    # |g - pred| <= (1/G) sum_i tol_i |s_i|: the advantages' tolerance carried through the sum
+    tol = as_numpy(policy_gradient(ctx.tolerance(batch), np.abs(scores), index=batch.index))
+    found = mismatch_message(g.reshape(-1), pred.reshape(-1), 0.0, tol.reshape(-1) + 1e-300)
+    if found:
+        ctx.fail(f"update g = (1/G) sum A_i s_i vs (sigma^2/d)(s+ - s-): {found[0]}", batch, a)
 
 
-def test_convention_detected(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="identity",
+    examples=lambda ctx, p: [None],
+    applies=lambda ctx, p: None if ctx.detection is not None else "convention detection was not run",
+    required=lambda ctx: False,
+)
+def test_convention_detected(ctx: Context, ex: Any, p: Any) -> None:
     """Probing with designed rewards identifies the convention (ddof, eps and placement, scale,
     singleton and silent groups, a spread filter) and the working precision: a NOTE, never a failure.
     """
-    check_in_pytest(sigma_ctx, "convention_detected", seed=sigma_seed)
+    det = ctx.detection
+    if det is None:
+        return
+    facts = [f"detected convention: {det.summary()}", f"working precision: {ctx.precision}"]
+    if ctx.declared is not None and det.preset != ctx.declared:
+        facts.append(f"declared {ctx.declared!r}, judged against it")
+    if det.notes:
+        facts.append("probes: " + "; ".join(det.notes))
+    raise PropertyFailure(Finding("; ".join(facts)), verdict="NOTE")
 
 
-def test_loss_gradient_identity(sigma_ctx: Context, sigma_seed: int | None) -> None:
+def _token_weights(ctx: Context, pol: Policy, batch: Batch, adv: torch.Tensor) -> torch.Tensor:
+    """``dL/dlogp_it`` at ratio 1 for advantages ``adv``."""
+    leaf = pol.logp().detach().requires_grad_(True)
+    loss = call_loss(ctx, leaf, adv, pol.mask, batch)
+    (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+    return torch.zeros_like(leaf) if grad is None else grad
+
+
+def _loss_unit(ctx: Context, pol: Policy, batch: Batch) -> float:
+    """The unit roundoff of the loss's working precision: its output dtype's (float64's at best)."""
+    leaf = pol.logp().detach()
+    out = call_loss(ctx, leaf, torch.ones(batch.n, dtype=torch.float64), pol.mask, batch)
+    return max(unit_roundoff(out.dtype), unit_roundoff(ctx.precision) if out.dtype != torch.float64 else 0.0)
+
+
+@conformance_property(
+    level="identity",
+    examples=lambda ctx, p: [(BINARY[0], 0), (WITH_SILENT[0], 1)],
+    strategy=lambda ctx, p: seeded(batches(ctx, binary=True, max_groups=3, max_size=5)),
+    applies=needs_loss,
+    cost=3,
+)
+def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """At ratio 1 on a small softmax policy, the gradient of the implementation's loss per group,
-    -dL_g/dtheta, equals (sigma^2/d)(s+ - s-) with s_i = G sum_t w_it grad log pi(y_it) and
-    w_it the loss's own aggregation weights.
+    -dL_g/dtheta, equals (sigma^2/d)(s+ - s-) with s_i = G sum_t w_it grad log pi(y_it) and w_it the
+    loss's own aggregation weights.
     """
-    check_in_pytest(sigma_ctx, "loss_gradient_identity", seed=sigma_seed)
+    batch, s = ex
+    pol = Policy.make(batch.n, s)
+    a = torch.from_numpy(ctx.flat(batch))
+    ones = torch.ones(batch.n, dtype=torch.float64)
+    w = -_token_weights(ctx, pol, batch, ones)  # aggregation weights w_it
+    if not w.any():
+        ctx.fail(
+            "the loss gradient at ratio 1 is 0 for every token, but should be the policy gradient",
+            batch,
+            cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
+        )
+    logp = pol.logp()
+    g_idx = torch.from_numpy(groups_of(batch))
+    sizes = torch.bincount(g_idx).to(torch.float64)[g_idx]
+    # scores s_i = G * grad sum_t w_it logp_it (SPEC section 4), one batched backward
+    per_response = (w * logp).sum(-1)
+    (jac,) = torch.autograd.grad(
+        per_response,
+        pol.W,
+        grad_outputs=torch.eye(batch.n, dtype=torch.float64),
+        retain_graph=True,
+        is_grads_batched=True,
+    )
+    scores = jac.reshape(batch.n, -1) * sizes.unsqueeze(1)
+    actual = []
+    for j in range(int(g_idx.max()) + 1):  # one backward per group of a small test batch
+        masked = torch.where(g_idx == j, a, torch.zeros_like(a))
+        loss = call_loss(ctx, logp, masked, pol.mask, batch)
+        (grad,) = torch.autograd.grad(loss, pol.W, retain_graph=True, allow_unused=True)
+        actual.append(-(torch.zeros_like(pol.W) if grad is None else grad).reshape(-1))
+    got = torch.stack(actual).numpy()
+    sc = scores.detach().numpy()
+    pred = _prediction(ctx, batch, sc).reshape(got.shape)
+    own = as_numpy(policy_gradient(a.numpy(), sc, index=batch.index)).reshape(got.shape)
+    # the advantages' working-precision tolerance carried through (1/G) sum_i A_i s_i, plus the
+    # loss's own rounding (its working precision over the n T terms of the sum)
+    u_loss = _loss_unit(ctx, pol, batch)
+    carried = as_numpy(policy_gradient(ctx.tolerance(batch), np.abs(sc), index=batch.index))
+    terms = as_numpy(policy_gradient(np.abs(a.numpy()), np.abs(sc), index=batch.index))
+    tol = carried + SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms
+    found = mismatch_message(got.reshape(-1), pred.reshape(-1), 0.0, tol.reshape(-1) + 1e-300)
+    if found:
+        loss_tol = (SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms).reshape(-1) + 1e-300
+        if not np.any(got):
+            cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
+        elif mismatch_message(got.reshape(-1), own.reshape(-1), 0.0, loss_tol) is None:
+            cause = (
+                "the loss is a correct weighted policy gradient of the advantages it is given; the "
+                "advantages themselves differ from the convention (see test_advantage_values)"
+            )
+        else:
+            cause = (
+                "the loss's gradient for one group's advantages is not (1/G) sum_i A_i s_i with the "
+                "loss's own per-token weights: it is not linear in the advantages, or it mixes groups"
+            )
+        ctx.fail(f"per-group gradient -dL/dtheta vs (sigma^2/d)(s+ - s-): {found[0]}", batch, cause=cause)
 
 
-def test_loss_is_policy_gradient(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """At ratio 1 the loss gradient is a weighted policy gradient: dL/dlogp_it = -w_it A_i with
-    w_it >= 0 not depending on A.
+@conformance_property(
+    level="identity",
+    examples=lambda ctx, p: [(BINARY[0], 0)],
+    strategy=lambda ctx, p: seeded(batches(ctx, binary=True, max_groups=3, max_size=5)),
+    applies=needs_loss,
+    cost=3,
+)
+def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    """At ratio 1 the loss gradient is a weighted policy gradient: dL/dlogp_it = -w_it A_i with w_it >=
+    0 not depending on A.
     """
-    check_in_pytest(sigma_ctx, "loss_is_policy_gradient", seed=sigma_seed)
+    batch, s = ex
+    pol = Policy.make(batch.n, s)
+    ones = torch.ones(batch.n, dtype=torch.float64)
+    w = -_token_weights(ctx, pol, batch, ones)
+    live = pol.mask > 0
+    if not w.any():
+        ctx.fail(
+            "dL/dlogp = 0 at ratio 1 for advantage 1, but should be < 0 on every response token",
+            batch,
+            cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
+        )
+    u_loss = _loss_unit(ctx, pol, batch)
+    floor = SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * float(w.abs().max())
+    if (w[live] < -floor).any() or not (w[live] > 0).any():
+        ctx.fail(
+            f"loss weights at ratio 1 dL/dlogp = {(-w[0]).tolist()} for advantage 1, but should be <= 0 "
+            "(minimising the loss must raise log pi of responses with positive advantage)",
+            batch,
+            cause="the loss has the wrong sign: return -mean(ratio * A), not +mean(ratio * A)",
+        )
+    adv = torch.linspace(-1.5, 2.0, batch.n, dtype=torch.float64)
+    w_adv = -_token_weights(ctx, pol, batch, adv)
+    expected = w * adv.unsqueeze(1)
+    if not torch.allclose(w_adv, expected, rtol=SAFETY * u_loss, atol=floor * float(adv.abs().max())):
+        ctx.fail(
+            "dL/dlogp_it at ratio 1 is not -w_it A_i with weights w independent of the advantages",
+            batch,
+            cause="the loss re-normalises or clips the advantages at ratio 1",
+        )
 
 
-def test_loss_ignores_padding(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="identity",
+    examples=lambda ctx, p: [(BINARY[0], 0)],
+    applies=needs_loss,
+)
+def test_loss_ignores_padding(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """Padding tokens (mask = 0) get no gradient: dL/dlogp_it = 0 where mask_it = 0."""
-    check_in_pytest(sigma_ctx, "loss_ignores_padding", seed=sigma_seed)
+    batch, s = ex
+    pol = Policy.make(batch.n, s)
+    adv = torch.linspace(-1.0, 1.5, batch.n, dtype=torch.float64)
+    grad = _token_weights(ctx, pol, batch, adv)
+    pad = pol.mask == 0
+    if pad.any() and (grad[pad] != 0).any():
+        i, t = (int(v) for v in torch.nonzero(pad & (grad != 0))[0])
+        ctx.fail(
+            f"dL/dlogp[{i}, {t}]={float(grad[i, t]):.4g} at a padding token (mask=0), but should be 0",
+            batch,
+            cause="the loss averages over padding tokens: multiply by the mask before reducing",
+        )
 
 
-def test_loss_aggregation(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """The per-token weights w_it = -dL/dlogp_it / A_i at ratio 1 are a known aggregation
-    (token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum),
-    measured on responses of lengths 1 to T; a declared aggregation must match them.
+def _agg_policy(n: int, seed: int) -> Policy:
+    """A policy whose responses have lengths 1, T and in between (and no empty row)."""
+    pol = Policy.make(n, seed)
+    lengths = torch.tensor([1, POLICY_T, *[2 + (i % (POLICY_T - 1)) for i in range(max(0, n - 2))]][:n])
+    pol.mask = (torch.arange(POLICY_T).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    return pol
+
+
+@conformance_property(
+    level="identity",
+    examples=lambda ctx, p: [(BINARY[0], 0)],
+    applies=needs_loss,
+)
+def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
+    """The per-token weights w_it = -dL/dlogp_it / A_i at ratio 1 are a known aggregation (token-mean,
+    seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum), measured on responses
+    of lengths 1 to T; a declared aggregation must match them.
     """
-    check_in_pytest(sigma_ctx, "loss_aggregation", seed=sigma_seed)
+    batch, s = ex
+    pol = _agg_policy(batch.n, s)
+    w = -_token_weights(ctx, pol, batch, torch.ones(batch.n, dtype=torch.float64))
+    # modes differ by factors of at least 1 + 1/T on responses of different lengths; 1e-6 absorbs
+    # float32 losses and the n_i + 1e-8 that verl and OpenRLHF add to each sequence's length
+    rtol = 1e-6
+    try:
+        found = detect_aggregation(w, pol.mask, rtol=rtol)
+    except ValueError:
+        found = None
+    lengths = pol.mask.sum(-1).int().tolist()
+    seen = "unrecognised weights" if found is None else found[0] + (f", C = {found[1]:g}" if found[1] else "")
+    declared = ctx.adapter.aggregation
+    if declared is None:
+        raise PropertyFailure(
+            Finding(
+                f"aggregation: {seen} [detected from dL/dlogp at ratio 1, lengths {lengths}, T = {POLICY_T}]"
+            ),
+            verdict="NOTE",
+        )
+    expected = aggregation_weights(pol.mask, declared, constant=ctx.adapter.aggregation_constant)
+    if torch.allclose(w, expected, rtol=rtol, atol=rtol * float(expected.abs().max())):
+        raise PropertyFailure(
+            Finding(f"aggregation: {resolve_aggregation(declared)} [declared, measured]"), "NOTE"
+        )
+    i = int(torch.argmax((w - expected).abs().sum(-1)))
+    cause = f"the loss applies {seen} weights"
+    on = pol.mask > 0
+    if found is None and resolve_aggregation(declared) == "token-mean":
+        # a token-mean whose normaliser differs between parts of the batch: per-micro-batch counts
+        per_row = [sorted({round(float(v), 12) for v in w[r][on[r]]}) for r in range(batch.n)]
+        if all(len(v) == 1 for v in per_row) and len({v[0] for v in per_row}) == 2:
+            cut = next(r for r in range(1, batch.n) if per_row[r] != per_row[r - 1])
+            if all(per_row[r] == per_row[0] for r in range(cut)) and all(
+                per_row[r] == per_row[cut] for r in range(cut, batch.n)
+            ):
+                n1, n2 = int(on[:cut].sum()), int(on[cut:].sum())
+                w1, w2 = per_row[0][0], per_row[cut][0]
+                cause = (
+                    f"rows 0-{cut - 1} get weight {w1:.4g} and rows {cut}-{batch.n - 1} {w2:.4g}: each part "
+                    f"of the batch is divided by its own token count ({n1} and {n2}) and the parts "
+                    f"averaged, a normaliser taken per micro-batch instead of over all {n1 + n2} tokens"
+                )
+                found = ("per-micro-batch token-mean", None)
+    if found is not None and found[0] == "seq-mean-token-sum-norm" and found[1] == POLICY_T:
+        if resolve_aggregation(declared) == "seq-mean-token-mean":
+            cause = (
+                f"each sequence is averaged over the padded length T = {POLICY_T} instead of its own length "
+                "(divide by mask.sum(-1), not by mask.shape[-1])"
+            )
+    raise PropertyFailure(
+        Finding(
+            f"per-token loss weights w[{i}] = {[round(float(v), 6) for v in w[i]]} (length {lengths[i]}), "
+            f"but should be {[round(float(v), 6) for v in expected[i]]} under the declared aggregation "
+            f"{resolve_aggregation(declared)}",
+            f"loss(logp, old_logp=logp, advantages=1, mask) on lengths {lengths}, T = {POLICY_T}",
+            cause=cause,
+            confirmed=found is not None,
+        )
+    )
 
 
-def test_loss_clipped_surrogate(sigma_ctx: Context, sigma_seed: int | None) -> None:
+#: Ratios r = exp(logp - old_logp) on a grid over every clip range in use, placed half-way
+#: between round bounds (0.505, 0.515, ..., 1.595, then 1.65, 1.75, ..., 3.95), so a bound
+#: such as 1.28 or a dual clip of 3 falls strictly between two grid points.
+_RATIOS = torch.cat(
+    [
+        0.505 + 0.01 * torch.arange(110, dtype=torch.float64),
+        1.65 + 0.1 * torch.arange(24, dtype=torch.float64),
+    ]
+)
+
+
+def _clip_probe(n_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logp, old_logp, advantages, mask)``: one token per ratio, rows of +1 and -1 advantages."""
+    r = _RATIOS
+    logp = torch.zeros(2, r.numel(), dtype=torch.float64)
+    old = -torch.log(r).repeat(2, 1)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    return logp, old, adv, torch.ones_like(logp)
+
+
+def _bound(active: torch.Tensor, r: torch.Tensor, upper: bool) -> float | None:
+    """The clip bound a 0/1 pattern over the ratio grid shows (``None`` if the clip never acts)."""
+    if bool(active.all()):
+        return None
+    if upper:  # active below the bound
+        lo = float(r[active].max()) if bool(active.any()) else float(r.min())
+        hi = float(r[~active & (r > lo)].min()) if bool((~active & (r > lo)).any()) else lo
+    else:
+        hi = float(r[active].min()) if bool(active.any()) else float(r.max())
+        lo = float(r[~active & (r < hi)].max()) if bool((~active & (r < hi)).any()) else hi
+    return round((lo + hi) / 2, 2)
+
+
+@conformance_property(
+    level="identity",
+    examples=lambda ctx, p: [None],
+    applies=needs_loss,
+)
+def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
     """At ratios r != 1 the loss gradient is the clipped surrogate's: dL/dlogp_it = -w_it A_i r_it
-    inside [1 - eps_low, 1 + eps_high] and 0 where the clip is active for the sign of A_i (dual
-    clip: 0 for A < 0 beyond c), with the clip range declared or read off the gradient.
+    inside [1 - eps_low, 1 + eps_high] and 0 where the clip is active for the sign of A_i (dual clip: 0
+    for A < 0 beyond c), with the clip range declared or read off the gradient.
     """
-    check_in_pytest(sigma_ctx, "loss_clipped_surrogate", seed=sigma_seed)
+    logp, old, adv, mask = _clip_probe(_RATIOS.numel())
+    leaf = logp.clone().requires_grad_(True)
+    batch = Batch.grouped([[1.0, 0.0]])
+    out = call_loss(ctx, leaf, adv, mask, batch, old_logp=old)
+    (grad,) = torch.autograd.grad(out, leaf, allow_unused=True)
+    g = torch.zeros_like(leaf) if grad is None else grad.detach()
+    # the aggregation weight of each token, measured at ratio 1: w_it = -dL/dlogp_it / A_i
+    leaf1 = logp.clone().requires_grad_(True)
+    (g1,) = torch.autograd.grad(call_loss(ctx, leaf1, adv, mask, batch), leaf1, allow_unused=True)
+    w = -(torch.zeros_like(leaf1) if g1 is None else g1.detach()) / adv.unsqueeze(1)
+    if not bool((w > 0).all()):
+        row = 0 if not bool((w[0] > 0).all()) else 1
+        raise PropertyFailure(
+            Finding(
+                f"at ratio 1 the loss gives {'A > 0' if row == 0 else 'A < 0'} tokens dL/dlogp = "
+                f"{float(-w[row].min() * adv[row]):.3g}, but should be -w A with w > 0",
+                "loss(logp=0, old_logp=0, advantages=[+1, -1], mask=1)",
+                cause="a clip or cap acts at ratio 1 for this sign of the advantage (e.g. a dual clip "
+                "applied to A > 0, where it belongs to A < 0 only)",
+                confirmed=True,
+            )
+        )
+    r = _RATIOS
+    scale = float(w.abs().max()) * float(r.max())
+    zero = g.abs() <= 1e-9 * scale
+    declared = ctx.adapter.clip
+    high = _bound(~zero[0], r, upper=True)
+    low = _bound(~zero[1, r < 1.5], r[r < 1.5], upper=False)
+    dual = _bound(~zero[1, r > 1.5], r[r > 1.5], upper=True)
+    if declared is None and (
+        (high is not None and high < 1) or (low is not None and low > 1) or (dual or 2) <= 1
+    ):
+        raise PropertyFailure(
+            Finding(
+                f"the loss's gradient at ratios 0.5 to 4 is not a PPO clip (zero above {high} for A > 0, "
+                f"below {low} for A < 0): another objective; declare it (Adapter(objective=...)) to check it"
+            ),
+            verdict="NOTE",
+        )
+    if declared is not None:
+        eps_low, eps_high = declared
+        obj = Objective(
+            "ppo",
+            eps_low=eps_low,
+            eps_high=eps_high,
+            dual_clip=ctx.adapter.dual_clip,
+            aggregation="token-sum",
+        )
+        how = "declared"
+    else:
+        eps_low = 0.2 if low is None else round(1 - low, 2)
+        eps_high = 0.2 if high is None else round(high - 1, 2)
+        obj = Objective(
+            "ppo",
+            eps_low=eps_low if low is not None else 10.0,
+            eps_high=eps_high if high is not None else 10.0,
+            dual_clip=dual,
+            aggregation="token-sum",
+        )
+        how = "detected"
+    pred = loss_gradient(obj, logp, old, adv, mask) * w
+    u_loss = unit_roundoff(out.dtype)
+    tol = SAFETY * (2 + math.log2(mask.numel())) * max(u_loss, PRECISIONS["float64"]) * scale + 1e-12 * scale
+    bad = (g - pred).abs() > tol + SAFETY * u_loss * pred.abs()
+    summary = (
+        f"clip range [{1 - eps_low if low is not None or declared else '-inf'}, "
+        f"{1 + eps_high if high is not None or declared else 'inf'}]"
+        + (f", dual clip {obj.dual_clip:g}" if obj.dual_clip else "")
+    )
+    if not bool(bad.any()):
+        raise PropertyFailure(Finding(f"PPO surrogate at ratios 0.5 to 4: {summary} [{how}]"), verdict="NOTE")
+    row, t = (int(v) for v in torch.nonzero(bad)[0])
+    sign = "A > 0" if row == 0 else "A < 0"
+    if declared is None:  # not PPO's clipped surrogate, and nothing was declared: a fact, not a verdict
+        raise PropertyFailure(
+            Finding(
+                f"at ratio {float(r[t]):.3g} with {sign} dL/dlogp = {float(g[row, t]):.6g}, where a PPO clip "
+                f"{summary} would give {float(pred[row, t]):.6g}: the loss is another objective (CISPO, a "
+                "soft gate, importance weights); declare it (--clip, or Adapter(objective=...)) to check it"
+            ),
+            verdict="NOTE",
+        )
+    cause = None
+    if declared is not None and (high, low) != (None, None):
+        got = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+        cause = f"the loss clips at {got} (read off its gradient), not at the declared range"
+    raise PropertyFailure(
+        Finding(
+            f"dL/dlogp at ratio {float(r[t]):.3g} with {sign}: actual={float(g[row, t]):.6g}, but should be "
+            f"{float(pred[row, t]):.6g} under the {how} {summary} (gradient -w A r inside the trust region, "
+            f"0 where the clip is active for that sign of A); measured bounds: upper "
+            f"{high if high is not None else 'none'} for A > 0, lower {low if low is not None else 'none'} "
+            f"and dual {dual if dual is not None else 'none'} for A < 0",
+            "loss(logp=0, old_logp=-log r, advantages=[+1, -1], mask=1) with r on a grid from 0.5 to 4",
+            cause=cause,
+        )
+    )
 
 
-def test_loss_objective(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """With a declared objective (PPO, dual clip, GSPO, CISPO; truncated importance sampling; a
-    k1/k2/k3 KL term in the loss or in the reward), dL/dlogp_it equals the oracle's per-token
-    gradient (sigma_ref.objectives.loss_gradient) at ratios inside and outside every clip range; a
-    mismatch names the term that differs.
+def _objective_probe() -> dict[str, torch.Tensor]:
+    """Designed inputs of :func:`test_loss_objective`: six responses of lengths 1 to 6, ratios on both
+    sides of every clip range (0.55 to 3.5), rollout-vs-training weights from 0.3 to 3 (a cap of
+    2 truncates some), a reference policy off by up to +-1 nat, advantages of both signs."""
+    gen = torch.Generator().manual_seed(20261202)
+    n, t = 6, 6
+    # per row: A > 0 rows see ratios on both sides of 1 + eps_high (1.25 lies between 1.2 and 1.28),
+    # A < 0 rows on both sides of 1 - eps_low and of a dual clip of 3
+    rows = [
+        [0.75, 1.05, 1.25, 1.35, 1.5, 2.2],
+        [0.55, 0.75, 0.85, 1.15, 3.5, 1.0],
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        [0.65, 0.85, 0.95, 1.25, 2.2, 3.5],
+        [1.15, 1.25, 0.55, 1.0, 1.0, 1.0],
+        [0.95, 1.05, 1.5, 0.65, 1.0, 1.0],
+    ]
+    lengths = torch.tensor([6, 5, 1, 6, 3, 4])
+    mask = (torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    logp = -0.1 - 2.5 * torch.rand(n, t, generator=gen, dtype=torch.float64)
+    old = logp - torch.log(torch.tensor(rows, dtype=torch.float64))
+    rho = torch.exp(torch.linspace(math.log(0.3), math.log(3.0), n * t, dtype=torch.float64)).reshape(n, t)
+    rollout = old - torch.log(rho)
+    ref = logp + (2 * torch.rand(n, t, generator=gen, dtype=torch.float64) - 1)
+    adv = torch.tensor([1.3, -0.7, 0.4, -1.1, 2.0, -0.2], dtype=torch.float64)
+    return {
+        "logp": logp,
+        "old_logp": old,
+        "rollout_logp": rollout,
+        "ref_logp": ref,
+        "advantages": adv,
+        "mask": mask,
+    }
+
+
+def _objective_alternatives(obj: Objective) -> list[tuple[str, Objective, float]]:
+    """``(what the code computes instead, objective, sign of its KL term)`` for the bugs trainers ship."""
+    alt: list[tuple[str, Objective, float]] = []
+
+    def rep(o: Objective, **changes: Any) -> Objective:
+        try:
+            return dataclasses.replace(o, **changes)
+        except ValueError:  # not a valid objective (e.g. a dual clip on GSPO): never matches
+            return o
+
+    if obj.kl is not None and obj.kl_coef != 0:
+        if obj.kl_placement == "loss":
+            alt.append(("the KL term's gradient has the wrong sign (the KL is maximised)", obj, -1.0))
+            alt.append(
+                ("the KL term has no gradient (missing or detached)", rep(obj, kl=None, kl_coef=0.0), 1.0)
+            )
+        for est in ("k1", "k2", "k3"):
+            if est != obj.kl or obj.kl_placement == "reward":
+                where = (
+                    "in the loss"
+                    if obj.kl_placement == "loss"
+                    else "in the loss, though it was declared in the reward"
+                )
+                alt.append(
+                    (
+                        f"the KL term is the {est} estimator {where}",
+                        rep(obj, kl=est, kl_placement="loss"),
+                        1.0,
+                    )
+                )
+    for mode in AGGREGATION_MODES:
+        if resolve_aggregation(obj.aggregation) != mode:
+            what = f"the loss aggregates with {mode}, not {resolve_aggregation(obj.aggregation)}"
+            if obj.kind == "gspo" and mode in ("token-mean", "token-sum"):
+                what = (
+                    f"the sequence ratio is broadcast over tokens and reduced with {mode}: each sequence is "
+                    "weighted by its length"
+                )
+            alt.append((what, rep(obj, aggregation=mode, constant=None), 1.0))
+    if obj.eps_high is not None and obj.eps_high != obj.eps_low and obj.kind != "cispo":
+        alt.append(
+            (
+                "the clip is symmetric at 1 +- eps_low, not [1 - eps_low, 1 + eps_high]",
+                rep(obj, eps_high=obj.eps_low),
+                1.0,
+            )
+        )
+    if obj.kind == "cispo":
+        alt.append(
+            (
+                "CISPO clips from below too (a PPO-style [1 - eps_low, 1 + eps_high])",
+                rep(obj, eps_low=0.2),
+                1.0,
+            )
+        )
+        alt.append(
+            (
+                "the ratio is clipped by PPO's surrogate, not CISPO's stop-gradient weight",
+                rep(obj, kind="ppo"),
+                1.0,
+            )
+        )
+    if obj.kind == "ppo":
+        alt.append(("the sequence-level (GSPO) ratio is used", rep(obj, kind="gspo"), 1.0))
+    if obj.kind == "gspo":
+        alt.append(("token-level ratios are used, not the sequence ratio", rep(obj, kind="ppo"), 1.0))
+    if obj.tis_cap is not None:
+        alt.append(("no rollout-vs-training importance correction", rep(obj, tis_cap=None), 1.0))
+        other = "sequence" if obj.tis_level == "token" else "token"
+        alt.append((f"the importance weight is taken per {other}", rep(obj, tis_level=other), 1.0))
+    return alt
+
+
+def _keyword_inputs(fn: Any) -> set[str]:
+    """The parameter names of ``fn`` (all of them if it takes ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return {"ref_logp", "rollout_logp"}
+    return {p.name for p in params}
+
+
+@conformance_property(
+    level="identity",
+    examples=lambda ctx, p: [None],
+    applies=lambda ctx, p: (
+        needs_loss(ctx, p)
+        or (None if ctx.adapter.objective is not None else "no objective declared (Adapter(objective=...))")
+    ),
+)
+def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
+    """With a declared objective (PPO, dual clip, GSPO, CISPO; truncated importance sampling; a k1/k2/k3
+    KL term in the loss or in the reward), dL/dlogp_it equals the oracle's per-token gradient
+    (sigma_ref.objectives.loss_gradient) at ratios inside and outside every clip range; a mismatch names
+    the term that differs.
     """
-    check_in_pytest(sigma_ctx, "loss_objective", seed=sigma_seed)
+    obj = ctx.adapter.objective
+    assert obj is not None and ctx.adapter.loss is not None
+    x = _objective_probe()
+    leaf = x["logp"].clone().requires_grad_(True)
+    accepted = _keyword_inputs(ctx.adapter.loss)
+    extra: dict[str, Any] = {k: x[k] for k in ("ref_logp", "rollout_logp") if k in accepted}
+    named = "".join(", " + k for k in extra)
+    call = f"loss(logp, old_logp, advantages, mask{named}) on 6 responses of lengths 1-6"
+    out = guarded(ctx.adapter.loss, leaf, x["old_logp"], x["advantages"], x["mask"], what=call, **extra)
+    if isinstance(out, tuple | list) and out:
+        out = out[0]
+    (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
+    g = torch.zeros_like(leaf) if grad is None else grad.detach()
+
+    def predict(o: Objective, kl_sign: float = 1.0) -> torch.Tensor:
+        terms = loss_gradient_terms(
+            o,
+            x["logp"],
+            x["old_logp"],
+            x["advantages"],
+            x["mask"],
+            ref_logp=x["ref_logp"],
+            rollout_logp=x["rollout_logp"],
+        )
+        return terms["policy"] + kl_sign * terms["kl"]
+
+    def close(pred: torch.Tensor) -> bool:
+        scale = float(pred.abs().max()) or 1.0
+        tol = 1e-6 * scale + SAFETY * unit_roundoff(out.dtype) * pred.abs()
+        return bool(((g - pred).abs() <= tol).all())
+
+    pred = predict(obj)
+    if close(pred):
+        raise PropertyFailure(
+            Finding(f"objective: {obj} [declared, matches the loss's gradient]"), verdict="NOTE"
+        )
+    cause = next(
+        (
+            what
+            for what, o, sign in _objective_alternatives(obj)
+            if (o != obj or sign < 0) and close(predict(o, sign))
+        ),
+        None,
+    )
+    i, t = (int(v) for v in torch.nonzero((g - pred).abs() == (g - pred).abs().max())[0])
+    terms = loss_gradient_terms(
+        obj,
+        x["logp"],
+        x["old_logp"],
+        x["advantages"],
+        x["mask"],
+        ref_logp=x["ref_logp"],
+        rollout_logp=x["rollout_logp"],
+    )
+    raise PropertyFailure(
+        Finding(
+            f"dL/dlogp[{i}, {t}] = {float(g[i, t]):.6g}, but should be {float(pred[i, t]):.6g} under the "
+            f"declared objective (policy term {float(terms['policy'][i, t]):.6g}, KL term "
+            f"{float(terms['kl'][i, t]):.6g}; ratio {float(torch.exp(x['logp'] - x['old_logp'])[i, t]):.3g}, "
+            f"A = {float(x['advantages'][i]):.3g})",
+            call,
+            cause=cause,
+            confirmed=cause is not None,
+        )
+    )

@@ -3,73 +3,455 @@
 Silent groups give zero advantages and a zero update, never NaN; DAPO's keep mask is
 ``0 < k < G``; groups of one follow the convention (SPEC section 7, level 3).
 
-Each test runs ``sigma_ref.conformance.properties.PROPERTIES[name]``: designed inputs,
-then hypothesis-generated ones (shrunk on failure).
+Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
+statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
+ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason.
 """
 
 from __future__ import annotations
 
-from sigma_ref.conformance.properties import Context
-from sigma_ref.conformance.session import check_in_pytest
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from sigma_ref._compare import mismatch_message
+from sigma_ref.advantages import dapo_keep_mask
+from sigma_ref.conformance.adapter import Batch, token_lengths
+from sigma_ref.conformance.core import (
+    Context,
+    Finding,
+    PropertyFailure,
+    conformance_property,
+    guarded,
+)
+from sigma_ref.conformance.inputs import (
+    BINARY,
+    WITH_SILENT,
+    Policy,
+    at_last,
+    batches,
+    call_loss,
+    call_token,
+    groups_of,
+    needs_loss,
+    token_only,
+    token_repr,
+)
+from sigma_ref.conformance.reference import as_numpy
 
 
-def test_silent_group_zero(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: list(WITH_SILENT),
+    strategy=lambda ctx, p: batches(ctx, silent="always").flatmap(
+        lambda b: batches(ctx).map(lambda live: _concat(b, live))
+    ),
+)
+def test_silent_group_zero(ctx: Context, batch: Batch, p: Any) -> None:
     """A silent group (all rewards equal, k = 0 or k = G) gets A = 0 exactly, never NaN."""
-    check_in_pytest(sigma_ctx, "silent_group_zero", seed=sigma_seed)
+    a = ctx.flat(batch)
+    keep = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    silent = ~keep & (np.bincount(groups_of(batch))[groups_of(batch)] > 1)
+    bad = silent & ~(np.abs(a) <= np.maximum(1e-7, ctx.tolerance(batch)))
+    if bad.any():
+        i = int(np.argmax(bad))
+        ctx.fail(
+            f"out[{i}]={a[i]} in a silent group (all rewards {batch.rewards[i]:g}), but should be 0", batch, a
+        )
 
 
-def test_all_silent_batch(sigma_ctx: Context, sigma_seed: int | None) -> None:
+#: Largest |A| a silent group of non-dyadic rewards may get: live advantages are at least
+#: 1/sqrt(G-1) in size, so 1e-2 leaves a factor > 10 below any update the group could give,
+#: while a float32 mean that is one ulp off divided by std + eps (eps >= 1e-6) stays far below it.
+_SILENT_NOISE = 1e-2
+
+
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: [
+        Batch.grouped([[0.1] * 6, [0.3] * 6, [0.7] * 6, [1 / 3] * 6, [0.9, 0.2, 0.4, 0.1, 0.6, 0.3]]),
+        Batch.grouped([[0.1] * 3, [0.7] * 3, [0.2, 0.9, 0.4]]),
+    ],
+    required=lambda ctx: ctx.precision == "float64",
+)
+def test_non_dyadic_silent_group(ctx: Context, batch: Batch, p: Any) -> None:
+    """A silent group of rewards that are not exact binary fractions (0.1, 0.3, 1/3, 0.7) still gets |A|
+    <= 1e-2, never an O(1) advantage from a rounding residue divided by a tiny std (a WARN for code
+    computing in float32, where an eps below the rewards' rounding cannot guard it).
+    """
+    a = ctx.flat(batch)
+    keep = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    bad = ~keep & (np.abs(a) > _SILENT_NOISE)
+    if bad.any():
+        i = int(np.argmax(bad))
+        # the targeted probe: the same batch with the silent groups' rewards made dyadic (exact means)
+        dyadic = np.where(keep, batch.rewards, np.round(batch.rewards * 4) / 4)
+        b = ctx.flat(batch.with_rewards(dyadic))
+        confirmed = bool(np.all(np.abs(b[~keep]) <= _SILENT_NOISE))
+        ctx.fail(
+            f"out[{i}]={a[i]:.6g} in a silent group (all rewards {batch.rewards[i]:.17g}), but should be 0 "
+            f"(|A| <= {_SILENT_NOISE:g})",
+            batch,
+            a if not confirmed else None,
+            cause="the group's mean of equal non-dyadic rewards is not exactly the reward, so R - mean is "
+            "a rounding residue ~1e-17 and a 'std > 0' guard divides it by a std of the same size "
+            "(the same groups with dyadic rewards give 0); test silence with max == min (or torch.std, "
+            "which is exact here), or add an eps"
+            if confirmed
+            else None,
+        )
+
+
+def _concat(a: Batch, b: Batch) -> Batch:
+    """Two batches side by side (ids of ``b`` shifted past ``a``'s)."""
+    if a.group_size is not None and a.group_size == b.group_size:
+        return Batch.grouped(np.concatenate([a.rewards, b.rewards]).reshape(-1, a.group_size))
+    if a.group_size is not None and b.group_size is not None:
+        return a  # contiguous layouts need one G: keep the silent batch alone
+    if a.index.dtype.kind in "iu" and b.index.dtype.kind in "iu":
+        shifted = b.index + a.index.max() + 1
+    else:  # ids of any kind: make b's distinct from a's
+        shifted = np.array([f"b{x}" for x in b.index.tolist()], dtype=object)
+        a = Batch(a.rewards, np.array([f"a{x}" for x in a.index.tolist()], dtype=object))
+    return Batch(np.concatenate([a.rewards, b.rewards]), np.concatenate([a.index, shifted]))
+
+
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: [Batch.grouped([[1.0] * 4, [0.0] * 4]), Batch.grouped([[0.5] * 3])],
+    strategy=lambda ctx, p: batches(ctx, silent="always"),
+)
+def test_all_silent_batch(ctx: Context, batch: Batch, p: Any) -> None:
     """A batch of only silent groups gets A = 0 everywhere (the batch std is 0 too)."""
-    check_in_pytest(sigma_ctx, "all_silent_batch", seed=sigma_seed)
+    a = ctx.flat(batch)
+    ok = np.abs(a) <= np.maximum(1e-7, ctx.tolerance(batch))
+    if not ok.all():
+        i = int(np.argmax(~ok))
+        ctx.fail(
+            f"out[{i}]={a[i]} in an all-silent batch, but should be 0",
+            batch,
+            a,
+            cause="with every group silent the batch std is 0 too: 0/0 needs eps or a guard"
+            if not np.isfinite(a[i])
+            else None,
+        )
 
 
-def test_silent_zero_update(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: [(Batch.grouped([[1.0] * 4, [0.0] * 4]), 0)],
+    applies=needs_loss,
+)
+def test_silent_zero_update(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """Silent groups give a zero update: g = 1{0<k<G} sigma delta_s = 0, finite, through the loss."""
-    check_in_pytest(sigma_ctx, "silent_zero_update", seed=sigma_seed)
+    batch, s = ex
+    pol = Policy.make(batch.n, s)
+    a = torch.from_numpy(ctx.flat(batch))
+    loss = call_loss(ctx, pol.logp(), a, pol.mask, batch)
+    (grad,) = torch.autograd.grad(loss, pol.W, allow_unused=True)
+    if grad is not None and not (torch.isfinite(grad).all() and (grad.abs() <= 1e-12).all()):
+        ctx.fail(
+            f"update of an all-silent batch: actual max |grad|={float(grad.abs().max())}, but should be 0",
+            batch,
+            a.numpy(),
+        )
 
 
-def test_dapo_keep_mask(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """DAPO's dynamic sampling keeps a group iff 0 < k < G (sigma > 0): the implementation's keep
-    mask (or its set of groups with non-zero advantages) equals dapo_keep_mask(R).
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: (
+        [*WITH_SILENT, *BINARY]
+        + ([Batch.grouped([[0.1, 0.1, 0.1], [0.3, 0.7, 0.3]])] if ctx.adapter.keep_mask is not None else [])
+    ),
+    strategy=lambda ctx, p: batches(ctx, binary=True),
+)
+def test_dapo_keep_mask(ctx: Context, batch: Batch, p: Any) -> None:
+    """DAPO's dynamic sampling keeps a group iff 0 < k < G (sigma > 0): the implementation's keep mask
+    (or its set of groups with non-zero advantages) equals dapo_keep_mask(R).
     """
-    check_in_pytest(sigma_ctx, "dapo_keep_mask", seed=sigma_seed)
+    want = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    if ctx.adapter.keep_mask is not None:
+        got = guarded(ctx.adapter.keep, batch, what=lambda: f"keep_mask on {batch!r}").numpy().astype(bool)
+        what = "keep_mask"
+    else:
+        a = ctx.flat(batch)
+        g = groups_of(batch)
+        got = (np.bincount(g, np.abs(a)) > np.bincount(g, np.maximum(1e-7, ctx.tolerance(batch))))[g]
+        what = "groups with a non-zero advantage"
+    if got.shape != want.shape or not np.array_equal(got, want):
+        i = int(np.argmax(got != want)) if got.shape == want.shape else 0
+        ctx.fail(
+            f"{what}[{i}]={bool(got[i]) if got.shape == want.shape else got.shape}, but should be "
+            f"{bool(want[i])} (keep iff 0 < k < G)",
+            batch,
+            cause="the filter drops only all-wrong (k = 0) or only all-right (k = G) groups"
+            if what == "keep_mask"
+            else None,
+        )
 
 
-def test_singleton_groups(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """A group of one response follows the convention: error (raise), zero (A = 0) or unit_std (A =
-    R / (1 + eps)); never NaN. Advisory where the convention says error.
+def _singleton_examples(ctx: Context, p: Any) -> list[Batch]:
+    if ctx.adapter.ragged:
+        return [Batch(np.array([0.7, 1.0, 0.0, 0.2]), np.array([5, 1, 1, 9]))]
+    return [Batch.grouped([[0.7], [0.2], [1.0]])]
+
+
+@conformance_property(
+    level="silent",
+    examples=_singleton_examples,
+    required=lambda ctx: ctx.reference.singleton != "error",
+)
+def test_singleton_groups(ctx: Context, batch: Batch, p: Any) -> None:
+    """A group of one response follows the convention: error (raise), zero (A = 0) or unit_std (A = R /
+    (1 + eps)); never NaN. Advisory where the convention says error.
     """
-    check_in_pytest(sigma_ctx, "singleton_groups", seed=sigma_seed)
+    ref = ctx.reference
+    if ref.singleton == "error":
+        got = guarded(ctx.adapter, batch, what=lambda: ctx.adapter.call_repr(batch), refusal_ok=True)
+        if got is None:
+            return
+        out = got.numpy()
+        single = np.bincount(groups_of(batch))[groups_of(batch)] == 1
+        ctx.fail(
+            f"groups of one response got {out[single].tolist()}, but should raise (no baseline) "
+            f"under {ref.name}",
+            batch,
+            cause="singleton groups are not rejected; declare a convention "
+            "with singleton='zero' or 'unit_std', or raise",
+        )
+    a = ctx.flat(batch)
+    ctx.compare(f"advantages of groups of one ({ref.singleton})", batch, a, ctx.expected(batch))
 
 
-def test_non_dyadic_silent_group(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """A silent group of rewards that are not exact binary fractions (0.1, 0.3, 1/3, 0.7) still gets |A| <=
-    1e-2, never an O(1) advantage from a rounding residue divided by a tiny std (a WARN for code computing in
-    float32, where an eps below the rewards' rounding cannot guard it).
+#: Group 0 holds a rejected response (row 2: an all-zero mask); group 1 is silent and holds
+#: one too (row 8); group 2 is a plain live group.
+_REJECTED = Batch(
+    np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 3.0, 1.0, 0.0]),
+    np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2]),
+)
+_REJECTED_ROWS = np.array([2, 8])
+
+
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: [_REJECTED],
+    applies=token_only,
+)
+def test_rejected_rows_ignored(ctx: Context, batch: Batch, p: Any) -> None:
+    """Layout token: a rejected response (response_mask all 0) gets A = 0 on every token and does not
+    move its siblings' baseline: their advantages equal oracle(R) of the group without it (counting it
+    as reward 0, as verl 0.9.1 does, is a WARN with the measured change).
     """
-    check_in_pytest(sigma_ctx, "non_dyadic_silent_group", seed=sigma_seed)
+    rows = _REJECTED_ROWS
+    lengths = token_lengths(batch.n)
+    lengths[rows] = 0
+    _, _, adv = call_token(ctx, batch, lengths)
+    call = token_repr(ctx, batch, lengths)
+    if (adv[rows] != 0).any():
+        raise PropertyFailure(
+            Finding(
+                f"advantages of a rejected response (all-zero mask, row {int(rows[0])}) = "
+                f"{adv[rows][adv[rows] != 0][:3].tolist()}, but should be 0 on every token",
+                call,
+                cause="the advantages are not multiplied by response_mask",
+                confirmed=True,
+            )
+        )
+    keep = np.ones(batch.n, dtype=bool)
+    keep[rows] = False
+    a = at_last(adv, lengths)[keep]
+    kept = Batch(batch.rewards[keep], batch.index[keep])
+    expected = ctx.expected(kept)
+    tol = ctx.tolerance(kept, expected)
+    found = mismatch_message(a, expected, 0.0, tol)
+    if found is None:
+        return
+    as_zero = batch.rewards.copy()
+    as_zero[rows] = 0.0  # the rejected rows' token rewards sum to 0
+    counted = ctx.expected(batch.with_rewards(as_zero))[keep]
+    effect = np.abs(a - expected)
+    silent_moved = a[kept.index == 1]
+    measured = (
+        f"measured: siblings' advantages {np.round(a, 4).tolist()} vs {np.round(expected, 4).tolist()} "
+        f"without the rejected rows (max change {effect.max():.4g}); the silent group [1, 1, 1, 1] gets "
+        f"{np.round(silent_moved, 4).tolist()}"
+    )
+    if mismatch_message(a, counted, 0.0, tol + ctx.tolerance(batch.with_rewards(as_zero))[keep]) is None:
+        raise PropertyFailure(
+            Finding(
+                f"a rejected response (all-zero response_mask) moved its siblings' baseline: {measured}",
+                call,
+                ctx.reference.name,
+                "the rejected row is counted as a response with reward 0 (its token rewards sum to 0), so "
+                "its group's baseline includes it, as verl 0.9.1's outcome estimators do (GRPO, its "
+                "vectorized form, RLOO); "
+                "leave rows with response_mask.sum(-1) == 0 out of the group statistics",
+                confirmed=True,
+                verdict="WARN",
+            )
+        )
+    raise PropertyFailure(
+        Finding(
+            "a rejected response (all-zero response_mask) moved its siblings' baseline: "
+            f"{found[0]}; {measured}",
+            call,
+            ctx.reference.name,
+        )
+    )
 
 
-def test_rejected_rows_ignored(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """Layout token: a rejected response (response_mask all 0) gets A = 0 on every token and does
-    not move its siblings' baseline: their advantages equal oracle(R) of the group without it
-    (counting it as reward 0, as verl 0.9.1 does, is a WARN with the measured change).
-    """
-    check_in_pytest(sigma_ctx, "rejected_rows_ignored", seed=sigma_seed)
+_NAN = Batch(
+    np.array([1.0, 0.0, np.nan, 0.0, 1.0, 0.0, 3.0, 1.0, 0.0]), np.array([0, 0, 0, 0, 0, 1, 1, 1, 1])
+)
 
 
-def test_nan_rows_confined(sigma_ctx: Context, sigma_seed: int | None) -> None:
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: [_NAN],
+    applies=token_only,
+)
+def test_nan_rows_confined(ctx: Context, batch: Batch, p: Any) -> None:
     """Layout token: a response with a NaN reward raises, or leaves its siblings' baseline unmoved
-    (their advantages equal oracle(R) of the group without it) and other groups untouched; NaN
-    siblings are a WARN, silently moved finite values a FAIL.
+    (their advantages equal oracle(R) of the group without it) and other groups untouched; NaN siblings
+    are a WARN, silently moved finite values a FAIL.
     """
-    check_in_pytest(sigma_ctx, "nan_rows_confined", seed=sigma_seed)
+    row = int(np.argmax(np.isnan(batch.rewards)))
+    lengths = token_lengths(batch.n)
+    try:
+        _, _, adv = call_token(ctx, batch, lengths)
+    except PropertyFailure as exc:
+        if exc.finding.what.startswith("raised"):
+            return  # a clear refusal of a NaN reward
+        raise
+    call = token_repr(ctx, batch, lengths)
+    a = at_last(adv, lengths)
+    keep = np.arange(batch.n) != row
+    kept = Batch(batch.rewards[keep], batch.index[keep])
+    expected = ctx.expected(kept)
+    got = a[keep]
+    same = kept.index == batch.index[row]
+    found_other = mismatch_message(got[~same], expected[~same], 0.0, ctx.tolerance(kept, expected)[~same])
+    if found_other is not None:
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward in group {batch.index[row]} changed other groups' advantages: "
+                f"{found_other[0]}",
+                call,
+                ctx.reference.name,
+                "a NaN in one group contaminates the batch statistics",
+                confirmed=True,
+            )
+        )
+    sib = got[same]
+    if np.isnan(sib).all():
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward made its siblings' advantages NaN ({sib.tolist()}), but should raise or leave "
+                f"them at {np.round(expected[same], 4).tolist()} (the group without it)",
+                call,
+                ctx.reference.name,
+                "the NaN enters the group's statistics (as in verl 0.9.1's outcome estimators); loud, "
+                "since the loss turns NaN, but the group is lost: "
+                "raise on a NaN reward, or leave it out",
+                confirmed=True,
+                verdict="WARN",
+            )
+        )
+    found = mismatch_message(sib, expected[same], 0.0, ctx.tolerance(kept, expected)[same])
+    if found is not None:
+        replaced = batch.rewards.copy()
+        replaced[row] = 0.0
+        zero = ctx.expected(batch.with_rewards(replaced))[keep][same]
+        counted = mismatch_message(sib, zero, 0.0, ctx.tolerance(kept, expected)[same]) is None
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward silently moved its siblings' baseline: {found[0]}",
+                call,
+                ctx.reference.name,
+                "the NaN is replaced by 0 (e.g. nan_to_num) and counted in the group's mean and std"
+                if counted
+                else None,
+                confirmed=counted,
+            )
+        )
 
 
-def test_keep_mask_rule(sigma_ctx: Context, sigma_seed: int | None) -> None:
-    """A dynamic-sampling filter keeps a response iff 0 < k < G in its group, k counted on its
-    declared metric: accuracy (R > 0.5; rewards are accuracy plus a bonus in [0, 0.5)), so shaped
-    rewards that differ while every response is right (or wrong) are dropped, or the reward (keep
-    iff not all equal); per response or per group.
+#: Shaped rewards (accuracy + a bonus in [0, 0.5)): group 7 is all correct but its rewards
+#: differ, group 3 all wrong but differing, group 5 mixed; ids whose sorted and first-seen
+#: orders differ.
+_SHAPED = Batch(
+    np.array([1.1, 0.1, 1.0, 0.0, 1.05, 1.1, 0.3, 0.4, 1.2, 0.2, 0.0, 1.25]),
+    np.array([7, 3, 7, 3, 7, 5, 3, 5, 7, 3, 5, 5]),
+)
+
+
+#: The same shaped rewards as contiguous groups of one size, for layouts without ids.
+_SHAPED_GROUPED = Batch.grouped([[1.1, 1.0, 1.05, 1.2], [0.1, 0.0, 0.3, 0.2], [1.1, 0.4, 0.0, 1.25]])
+
+
+#: A response is correct (accuracy 1) iff its reward exceeds this, for filters declared with
+#: ``keep_metric="accuracy"``. The suite's shaped probes are accuracy plus a shaping bonus in
+#: [0, 0.5), so ``R > 0.5`` and ``R >= 1`` (correctness plus a format bonus) agree on them.
+ACCURACY_THRESHOLD = 0.5
+
+
+def _accuracy(rewards: np.ndarray) -> np.ndarray:
+    return (rewards > ACCURACY_THRESHOLD).astype(np.float64)
+
+
+def _keep_strategy(ctx: Context, p: Any) -> Any:
+
+    def shaped(b: Batch, s: int) -> Batch:
+        rng = np.random.default_rng(s)
+        return b.with_rewards(b.rewards + rng.integers(0, 8, b.n) / 16)  # a bonus in [0, 0.5)
+
+    return st.tuples(batches(ctx, binary=True), st.integers(0, 2**32 - 1)).map(lambda bs: shaped(*bs))
+
+
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: [_SHAPED if ctx.adapter.ragged else _SHAPED_GROUPED, *WITH_SILENT, *BINARY],
+    strategy=_keep_strategy,
+    applies=lambda ctx, p: (
+        None if ctx.adapter.keep_mask is not None else "no keep mask given (layout keep-mask checks one)"
+    ),
+)
+def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
+    """A dynamic-sampling filter keeps a response iff 0 < k < G in its group, k counted on its declared
+    metric: accuracy (R > 0.5; rewards are accuracy plus a bonus in [0, 0.5)), so shaped rewards that
+    differ while every response is right (or wrong) are dropped, or the reward (keep iff not all equal);
+    per response or per group.
     """
-    check_in_pytest(sigma_ctx, "keep_mask_rule", seed=sigma_seed)
+    metric = ctx.adapter.keep_metric
+    signal = _accuracy(batch.rewards) if metric == "accuracy" else batch.rewards
+    want = as_numpy(dapo_keep_mask(signal, index=batch.index)).astype(bool)
+    got = guarded(ctx.adapter.keep, batch, what=f"keep_mask on {batch!r}").numpy().astype(bool)
+    call = f"{ctx.adapter.name}(rewards={batch.rewards.round(4).tolist()}, index={batch.index.tolist()})"
+    if got.shape != want.shape:
+        raise PropertyFailure(
+            Finding(f"keep mask of shape {got.shape}, but should be {want.shape} (or one per group)", call)
+        )
+    if np.array_equal(got, want):
+        return
+    i = int(np.argmax(got != want))
+    other = _accuracy(batch.rewards) if metric == "reward" else batch.rewards
+    swapped = as_numpy(dapo_keep_mask(other, index=batch.index)).astype(bool)
+    cause = None
+    if np.array_equal(got, swapped):
+        cause = (
+            "the filter drops on the spread of the rewards, not of the accuracy: shaped rewards that differ "
+            "while every response is right (or every one wrong) are kept; count k on the accuracy"
+            if metric == "accuracy"
+            else "the filter counts k on an accuracy (R > 0.5), but declares keep_metric='reward'"
+        )
+    raise PropertyFailure(
+        Finding(
+            f"keep[{i}]={bool(got[i])} (group {batch.index[i]}), but should be {bool(want[i])}: keep iff "
+            f"0 < k < G on the {metric}",
+            call,
+            cause=cause,
+            confirmed=cause is not None,
+        )
+    )

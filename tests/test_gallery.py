@@ -9,7 +9,7 @@ import time
 import pytest
 
 from sigma_ref.conformance import Adapter, detect_convention
-from sigma_ref.conformance.properties import (
+from sigma_ref.conformance.core import (
     PROPERTIES,
     Context,
     PropertyFailure,

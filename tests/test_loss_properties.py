@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from sigma_ref.conformance import Adapter
-from sigma_ref.conformance.properties import evaluate
+from sigma_ref.conformance.core import evaluate
 from sigma_ref.conformance.session import build_context
 
 from .gallery import correct

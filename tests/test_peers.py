@@ -535,6 +535,6 @@ def test_verdicts_do_not_depend_on_seed_or_threads() -> None:
 
 def test_matrix_columns_are_the_suites_levels() -> None:
     """The matrix's columns are the suite's levels (kept importable without hypothesis)."""
-    from sigma_ref.conformance import matrix, properties
+    from sigma_ref.conformance import core, matrix
 
-    assert matrix.LEVELS == properties.LEVELS
+    assert matrix.LEVELS == core.LEVELS

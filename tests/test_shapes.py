@@ -12,7 +12,7 @@ import torch
 
 from sigma_ref.conformance import Adapter, Batch
 from sigma_ref.conformance.adapter import CallMismatch, check_call, load_adapter, token_inputs
-from sigma_ref.conformance.properties import evaluate, run_suite
+from sigma_ref.conformance.core import evaluate, run_suite
 from sigma_ref.conformance.session import build_context
 from tests.gallery import shapes as S  # noqa: N812
 

@@ -1,41 +1,74 @@
-"""The suite's own structure: one module per level, one test per property, docstrings = statements."""
+"""The suite's own structure: one module per level, each property a test of its level's module."""
 
 from __future__ import annotations
 
-import ast
+import importlib
 import inspect
-from pathlib import Path
 
 import pytest
 
 from sigma_ref import strategies
-from sigma_ref.conformance.properties import LEVELS, PROPERTIES
-
-SPEC = Path(__file__).resolve().parents[1] / "spec"
-
-
-def _tests(level: str) -> dict[str, str]:
-    tree = ast.parse((SPEC / f"test_{level}.py").read_text())
-    return {
-        node.name: ast.get_docstring(node) or ""
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
-    }
+from sigma_ref.conformance.core import LEVELS, PROPERTIES, SPEC_MODULES, load_properties
 
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_one_test_per_property(level: str) -> None:
-    """spec/test_<level>.py holds exactly the level's properties, each docstring its statement."""
-    tests = _tests(level)
+    """spec/test_<level>.py holds exactly the level's properties: every ``test_*`` in it is a
+    registered property of that level, defined there, and every property of the level has its test."""
+    load_properties()
+    module = importlib.import_module(f"sigma_ref.spec.test_{level}")
+    tests = {name: obj for name, obj in vars(module).items() if name.startswith("test_") and callable(obj)}
     expected = {p.test_name: p for p in PROPERTIES.values() if p.level == level}
     assert set(tests) == set(expected)
-    for name, doc in tests.items():
-        assert " ".join(doc.split()) == " ".join(expected[name].statement.split()), name
+    for name, test in tests.items():
+        prop = test.sigma_property
+        assert (prop.name, prop.level) == (expected[name].name, level)
+        assert prop.check.__module__ == module.__name__, name
+        assert inspect.getdoc(test) == inspect.getdoc(prop.check) and prop.statement, name
 
 
 def test_every_level_has_properties() -> None:
-    """SPEC section 7 levels 0-4 are all covered."""
-    assert {p.level for p in PROPERTIES.values()} == set(LEVELS)
+    """SPEC section 7 levels 0-4 are all covered, one module each, loaded in the levels' order."""
+    assert SPEC_MODULES == tuple(f"test_{level}" for level in LEVELS)
+    assert {p.level for p in load_properties().values()} == set(LEVELS)
+
+
+def test_registering_twice_is_harmless_but_two_definitions_are_not() -> None:
+    """Importing a spec module under a second name (``spec.test_x`` in a clone) replaces its
+    properties in place, keeping the order; another function under a taken name is refused."""
+    from sigma_ref.conformance.core import Property, register
+
+    order = list(load_properties())
+    prop = PROPERTIES["silent_group_zero"]
+    assert register(prop) is prop
+    assert list(PROPERTIES) == order
+
+    def test_silent_group_zero(ctx: object, example: object, param: object) -> None:
+        """Another body."""
+
+    other = Property("silent_group_zero", "silent", "Another body.", test_silent_group_zero)
+    with pytest.raises(ValueError, match="'silent_group_zero' is defined twice"):
+        register(other)
+    assert PROPERTIES["silent_group_zero"] is prop
+
+
+def test_a_property_needs_a_level_a_name_and_a_statement() -> None:
+    """The decorator refuses an unknown level, a name without ``test_`` and a missing docstring."""
+    from sigma_ref.conformance.core import conformance_property
+
+    with pytest.raises(ValueError, match="level='silence' is not a level"):
+        conformance_property(level="silence")
+
+    def check_x(ctx: object, example: object, param: object) -> None:
+        """Documented."""
+
+    def test_y(ctx: object, example: object, param: object) -> None:
+        pass
+
+    for fn in (check_x, test_y):
+        with pytest.raises(ValueError, match="a documented function named test_<name>"):
+            conformance_property(level="silent")(fn)
+    assert "y" not in PROPERTIES and "x" not in PROPERTIES
 
 
 def test_strategy_factories_are_keyword_only() -> None:

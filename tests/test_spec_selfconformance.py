@@ -6,8 +6,8 @@ import pytest
 
 from sigma_ref import PRESETS
 from sigma_ref.conformance import detect_convention, oracle_adapter, reference_for
+from sigma_ref.conformance.core import Context, run_suite
 from sigma_ref.conformance.losses import AGGREGATIONS, make_policy_loss
-from sigma_ref.conformance.properties import Context, run_suite
 
 NAMES = [*PRESETS, "rloo"]
 

@@ -23,15 +23,15 @@ __all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary
 
 
 def spec_dir() -> Path:
-    """Where the suite's modules are: the installed ``sigma_ref._spec``, else a clone's ``spec/``."""
-    found = importlib.util.find_spec("sigma_ref._spec")
+    """Where the suite's modules are: the installed ``sigma_ref.spec``, else a clone's ``spec/``."""
+    found = importlib.util.find_spec("sigma_ref.spec")
     if found is not None and found.submodule_search_locations:
         return Path(next(iter(found.submodule_search_locations)))
     clone = Path(__file__).resolve().parents[2] / "spec"
     if (clone / "conftest.py").is_file():
         return clone
     raise ValueError(
-        "the conformance suite is not installed (no sigma_ref._spec) and no spec/ checkout was found"
+        "the conformance suite is not installed (no sigma_ref.spec) and no spec/ checkout was found"
     )
 
 

@@ -1,8 +1,8 @@
-"""The peer matrix: the conformance suite run on every adapter of ``sigma_ref._spec.adapters``.
+"""The peer matrix: the conformance suite run on every adapter of ``sigma_ref.spec.adapters``.
 
 ``sigma-ref matrix [--markdown] [--json out.json]`` imports the adapter modules (the
 seed post, TRL, verl, OpenRLHF), runs every property of
-:mod:`sigma_ref.conformance.properties` on every mode of every installed peer (the
+the suite (``spec/test_<level>.py``) on every mode of every installed peer (the
 mode's declared convention is what it is checked against; the detected one is shown
 beside it) and prints one row per implementation and mode, one column per level of
 SPEC section 7:
@@ -37,12 +37,12 @@ from .adapter import Adapter
 
 __all__ = ["PEERS", "Cell", "Row", "Matrix", "run_matrix", "run_adapter", "adapter_module", "add_matrix"]
 
-#: Adapter modules of ``sigma_ref._spec.adapters``, in the matrix's order.
+#: Adapter modules of ``sigma_ref.spec.adapters``, in the matrix's order.
 PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf")
 #: Distributions whose versions the matrix reports.
 VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf")
 _PROFILE = "sigma-ref-matrix"
-#: The suite's levels (SPEC section 7), the matrix's columns; equal to ``properties.LEVELS``
+#: The suite's levels (SPEC section 7), the matrix's columns; equal to ``core.LEVELS``
 #: (a test checks it), kept here so that registering the command needs no hypothesis.
 LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numerics")
 
@@ -77,11 +77,11 @@ def _matrix_profile(threads: int = 1) -> Iterator[None]:
 
 
 def adapter_module(name: str) -> types.ModuleType:
-    """The adapter module ``name`` (``sigma_ref._spec.adapters.<name>``, else a clone's ``spec.adapters``)."""
+    """The adapter module ``name`` (``sigma_ref.spec.adapters.<name>``, else a clone's ``spec.adapters``)."""
     if name not in PEERS:
         raise ValueError(f"peer={name!r} is not an adapter module; choose from {', '.join(PEERS)}")
     try:
-        return importlib.import_module(f"sigma_ref._spec.adapters.{name}")
+        return importlib.import_module(f"sigma_ref.spec.adapters.{name}")
     except ModuleNotFoundError:
         return importlib.import_module(f"spec.adapters.{name}")
 
@@ -159,11 +159,11 @@ def run_adapter(
 
     Each outcome is ``{"property", "param", "level", "verdict", "message"}`` with ``verdict``
     one of ``pass``, ``FAIL``, ``WARN``, ``NOTE``, ``skip`` (the suite's one runner,
-    :func:`~sigma_ref.conformance.properties.run_suite`). Failing inputs are not shrunk (the
+    :func:`~sigma_ref.conformance.core.run_suite`). Failing inputs are not shrunk (the
     matrix needs the verdict; ``sigma-ref check`` shrinks): the message shows the first
     failing input found.
     """
-    from .properties import run_suite
+    from .core import run_suite
     from .session import build_context
 
     with _matrix_profile(threads):
@@ -346,7 +346,7 @@ def add_matrix(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "matrix",
         help="run the conformance suite on TRL, verl, OpenRLHF and the seed post (installed peers)",
-        description="Run every property of the suite on every adapter in sigma_ref._spec.adapters and print "
+        description="Run every property of the suite on every adapter in sigma_ref.spec.adapters and print "
         "one row per implementation and mode, one column per level (pass / FAIL / n/a), with the declared "
         "and detected conventions and the installed versions. Peers that are not installed appear as "
         "'not installed' rows (`make peers` installs them).",

@@ -1,23 +1,23 @@
-"""Glue between pytest and the properties: the session's context, running one property,
-and the one-screen summary and JSON report (used by the pytest plugin and ``sigma-ref check``).
+"""Glue between pytest and the properties: the session's context and the one-screen summary and
+JSON report (used by the pytest plugin and ``sigma-ref check``). Each spec test runs its property
+itself (:func:`~.core.conformance_property`) and records its outcome (:func:`recorded_outcome`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
 from typing import Any
 
 from .adapter import Adapter, check_call, load_adapter, oracle_adapter
+from .core import LEVELS, Context, Outcome, recorded_outcome
 from .detect import Detection, detect_convention
 from .losses import make_policy_loss
 from .precision import PRECISIONS
-from .properties import LEVELS, PROPERTIES, Context, Outcome, evaluate
 from .reference import REFERENCE_NAMES, reference_for
 
-__all__ = ["build_context", "Outcome", "summary", "report_dict", "check_in_pytest", "recorded_outcome"]
+__all__ = ["build_context", "Outcome", "summary", "report_dict", "recorded_outcome"]
 
 #: The columns of the summary, in order.
 _COUNTED: tuple[str, ...] = ("pass", "FAIL", "WARN", "NOTE", "skip")
@@ -89,38 +89,6 @@ def _clip_range(clip: str | tuple[float, float]) -> tuple[float, float]:
     if len(parts) not in (1, 2):
         raise ValueError(f"--clip {clip!r} must be EPS_LOW or EPS_LOW,EPS_HIGH, e.g. 0.2 or 0.2,0.28")
     return (parts[0], parts[-1])
-
-
-_RECORDED: dict[str, Outcome] = {}
-
-
-def _current_test() -> str:
-    """The running test's node id (pytest sets ``PYTEST_CURRENT_TEST`` to ``"<nodeid> (call)"``)."""
-    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
-
-
-def recorded_outcome(nodeid: str) -> Outcome | None:
-    """The outcome :func:`check_in_pytest` recorded for ``nodeid`` (removed on reading)."""
-    return _RECORDED.pop(nodeid, None)
-
-
-def check_in_pytest(ctx: Context, name: str, param: Any = None, seed: int | None = None) -> None:
-    """Run property ``name`` inside a pytest test: skip, fail on FAIL, pass on WARN and NOTE.
-
-    The outcome (with its class) is recorded for the plugin's summary and report.
-    """
-    import pytest
-
-    __tracebackhide__ = True
-    outcome = evaluate(PROPERTIES[name], ctx, param, seed=seed)
-    _RECORDED[_current_test()] = outcome
-    if outcome.verdict == "skip":
-        pytest.skip(f"not applicable: {outcome.message}")
-    if outcome.verdict == "FAIL":
-        msg = outcome.message
-        if seed is not None:
-            msg += f"\nreproduce with --hypothesis-seed={seed}"
-        pytest.fail(msg, pytrace=False)
 
 
 def new_seed() -> int:

@@ -1,7 +1,7 @@
 """Adapters that plug real trainers' code into the suite (``sigma_ref.conformance.Adapter``).
 
 Each module imports the installed package it adapts and exposes ``Adapter`` instances;
-run one with ``pytest spec --sigma-ref-impl sigma_ref._spec.adapters.<module>:<adapter>``
+run one with ``pytest spec --sigma-ref-impl sigma_ref.spec.adapters.<module>:<adapter>``
 (from an install) or ``--sigma-ref-impl spec.adapters.<module>:<adapter>`` (from a clone).
 
 The modules: ``post`` (the seed post's code, ``sigma_ref.compat.post``, always there),

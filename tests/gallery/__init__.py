@@ -9,7 +9,7 @@ its author intended, the property it breaks and the words the suite should say.
 from __future__ import annotations
 
 from sigma_ref.conformance import Adapter, detect_convention, reference_for
-from sigma_ref.conformance.properties import Context, run_suite
+from sigma_ref.conformance.core import Context, run_suite
 
 
 def wrong_context(case) -> Context:  # type: ignore[no-untyped-def]

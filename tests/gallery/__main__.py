@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from sigma_ref.conformance import Adapter
-from sigma_ref.conformance.properties import Outcome, run_suite
+from sigma_ref.conformance.core import Outcome, run_suite
 from sigma_ref.conformance.session import build_context
 
 from . import trainers_correct, trainers_wrong, wrong, wrong_context

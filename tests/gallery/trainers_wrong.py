@@ -5,10 +5,9 @@ results returned in sorted-id order, first-seen vs sorted id confusion, ``torch.
 without its inverse, statistics over the wrong dim or the wrong shard, rounding that
 defeats a ``std > 0`` guard, and wrong loss aggregation. Each :class:`Case` names what the
 author intended (``convention``), the suite's properties that must fail (``breaks``; a
-name that ``sigma_ref.conformance.properties`` does not have yet is a property the suite
-needs), and words a correct diagnosis contains. :data:`WITNESSES` holds, per advantage
-case, an input where it departs from its intent (checked by
-``tests/test_gallery_trainers.py``).
+name not yet in ``sigma_ref.conformance.core.PROPERTIES`` is a property the suite needs),
+and words a correct diagnosis contains. :data:`WITNESSES` holds, per advantage case, an
+input where it departs from its intent (checked by ``tests/test_gallery_trainers.py``).
 """
 
 from __future__ import annotations

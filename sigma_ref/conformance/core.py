@@ -1,0 +1,598 @@
+"""The conformance machinery: findings, the context, properties, their registry and the one runner.
+
+A property is written once, in ``spec/test_<level>.py`` (shipped as ``sigma_ref.spec``), as a
+function decorated with :func:`conformance_property`: its docstring is the statement, its body
+checks one input and raises :class:`PropertyFailure` (a structured :class:`Finding`). The
+decorator registers the :class:`Property` in :data:`PROPERTIES` and returns the pytest test.
+:func:`load_properties` imports the five spec modules, which fills the registry for
+``sigma-ref check``, the matrix, the gallery and self-conformance.
+
+:func:`run_property` runs the designed inputs, then hypothesis (which shrinks a failing input to
+the smallest it finds), and raises :class:`PropertyFailure` with ``actual=..., but should be ...
+[impl(...)]`` and the likely cause; :class:`NotApplicable` says why a property does not apply.
+:func:`evaluate` classifies one run into an :class:`Outcome`; :func:`run_suite` runs them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from .._compare import mismatch_message
+from .adapter import Adapter, Batch
+from .detect import Detection
+from .diagnose import diagnose_mismatch
+from .guard import ImplementationError, bounded_shrink, call_guarded
+from .precision import advantage_tolerance, coarser
+from .reference import Reference, as_numpy
+
+__all__ = [
+    "Context",
+    "Property",
+    "Finding",
+    "PropertyFailure",
+    "NotApplicable",
+    "Outcome",
+    "PROPERTIES",
+    "LEVELS",
+    "VERDICTS",
+    "DTYPES",
+    "conformance_property",
+    "load_properties",
+    "run_property",
+    "evaluate",
+    "run_suite",
+    "get_property",
+    "guarded",
+    "layout_reason",
+    "recorded_outcome",
+]
+
+LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numerics")
+#: Seconds hypothesis may shrink a failure after finding it (its own limit is 300 s).
+SHRINK_BUDGET_S = 15.0
+#: The floating dtypes a property can be parametrized over, by name.
+DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+#: Verdict classes (docs/spec.md): FAIL, the claimed algorithm is computed wrong; WARN,
+#: hygiene that does not change training; NOTE, a fact of the convention.
+VERDICTS: tuple[str, ...] = ("FAIL", "WARN", "NOTE")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A structured failure record: what differs, where, and why (when a probe confirmed it).
+
+    ``verdict``: FAIL, WARN or NOTE. ``what``: ``actual=..., but should be ...``.
+    ``call``: the call that produced it. ``reference``: the convention it was judged
+    against. ``cause``: the likely cause in words, ``confirmed`` when a second, designed
+    probe reproduced it; an unconfirmed mismatch says so instead of guessing.
+    """
+
+    what: str
+    call: str = ""
+    reference: str | None = None
+    cause: str | None = None
+    confirmed: bool = False
+    verdict: str = "FAIL"
+
+    def render(self) -> str:
+        """One paragraph: ``what [call] (expected under ref). Likely cause: ...``."""
+        msg = self.what
+        if self.call:
+            msg += f" [{self.call}]"
+        if self.reference:
+            msg += f" (expected under {self.reference})"
+        if self.cause and self.confirmed:
+            msg += f". Likely cause (confirmed by a probe): {self.cause}"
+        elif self.cause:
+            msg += f". Possible cause (not confirmed by a probe): {self.cause}"
+        elif "mismatched" in self.what:
+            msg += ". Cause not identified: no known deviation reproduces these values"
+        return msg
+
+
+class PropertyFailure(AssertionError):  # noqa: N818 (a failed property, like AssertionError)
+    """An implementation breaks a property; ``finding`` says how, and the likely cause."""
+
+    def __init__(self, finding: Finding | str, verdict: str | None = None) -> None:
+        if isinstance(finding, str):
+            finding = Finding(finding)
+        if verdict is not None:
+            finding = dataclasses.replace(finding, verdict=verdict)
+        self.finding = finding
+        super().__init__(finding.render())
+
+    @property
+    def verdict(self) -> str:
+        """FAIL, WARN or NOTE."""
+        return self.finding.verdict
+
+
+class NotApplicable(Exception):  # noqa: N818 (a skip reason, not an error)
+    """A property does not apply to this implementation (the message says why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """The implementation under test, what it should compute, and what was detected.
+
+    ``precision``: the working precision the implementation's statistics are judged at
+    (declared on the adapter, else detected; :mod:`.precision`). ``strict``: WARN counts
+    as FAIL.
+    """
+
+    adapter: Adapter
+    reference: Reference
+    detection: Detection | None = None
+    declared: str | None = None
+    precision: str = "float64"
+    strict: bool = False
+
+    def call(
+        self,
+        batch: Batch,
+        *,
+        dtype: torch.dtype = torch.float64,
+        device: str = "cpu",
+        rewards: torch.Tensor | None = None,
+    ) -> Any:
+        """The raw output for ``batch``; an exception from the implementation fails."""
+        if rewards is None:
+            rewards = torch.tensor(batch.rewards, dtype=dtype, device=device)
+        return guarded(self.adapter.call_raw, batch, rewards, what=lambda: self.adapter.call_repr(batch))
+
+    def flat(self, batch: Batch, **kw: Any) -> np.ndarray:
+        """Advantages of ``batch`` as flat float64 numpy (shape checked)."""
+        out = self.call(batch, **kw)
+        shape = self.adapter.expected_shape(batch)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
+            got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+            raise PropertyFailure(
+                Finding(f"out.shape={got}, but should be {shape}", self.adapter.call_repr(batch))
+            )
+        return out.detach().to("cpu", torch.float64).numpy().reshape(-1)
+
+    def expected(self, batch: Batch) -> np.ndarray:
+        """The oracle's advantages for ``batch`` under the reference."""
+        return as_numpy(self.reference.advantages(batch.rewards, batch.index))
+
+    def tolerance(
+        self, batch: Batch, expected: np.ndarray | None = None, *, dtype: torch.dtype = torch.float64
+    ) -> np.ndarray:
+        """Per-element tolerance at the working precision for input ``dtype`` (:mod:`.precision`).
+
+        The working precision is the coarsest of the implementation's (declared or
+        detected), the input dtype's and float32's: a deviation below float32's rounding
+        never changes training, so it is never a FAIL (a float64 path that mixes in one
+        float32 step, e.g. a Bessel factor from int counts, stays conformant). Groups a
+        spread filter's threshold makes ambiguous get an infinite tolerance.
+        """
+        exp = self.expected(batch) if expected is None else expected
+        group, d, _ = self.reference.statistics(batch.rewards, batch.index)
+        work = coarser(coarser(self.precision, _dtype_name(dtype)), "float32")
+        tol = advantage_tolerance(batch.rewards, group, d, exp, precision=work, out_dtype=dtype)
+        return np.where(self.reference.ambiguous(batch.rewards, batch.index), np.inf, tol)
+
+    def fail(
+        self,
+        what: str,
+        batch: Batch,
+        actual: np.ndarray | None = None,
+        cause: str | None = None,
+        *,
+        confirmed: bool = True,
+        verdict: str = "FAIL",
+    ) -> None:
+        """Raise :class:`PropertyFailure` with the call and a cause.
+
+        A ``cause`` given by the property is the property's own finding (confirmed by the
+        property's own designed input, e.g. ``rewards`` changed in place); otherwise the
+        known deviations are tried on ``actual`` and the winner is re-checked on a second
+        designed probe before it is printed as confirmed.
+        """
+        if cause is None and actual is not None:
+            cause, confirmed = diagnose_mismatch(self, batch, actual)
+        raise PropertyFailure(
+            Finding(
+                what,
+                self.adapter.call_repr(batch),
+                self.reference.name,
+                cause,
+                confirmed=bool(cause) and confirmed,
+                verdict=verdict,
+            )
+        )
+
+    def compare(
+        self,
+        what: str,
+        batch: Batch,
+        actual: np.ndarray,
+        expected: np.ndarray,
+        dtype: torch.dtype = torch.float64,
+        *,
+        tolerance: np.ndarray | None = None,
+    ) -> None:
+        """Fail unless ``|actual - expected| <= tolerance`` (default :meth:`tolerance`)."""
+        tol = self.tolerance(batch, expected, dtype=dtype) if tolerance is None else tolerance
+        found = mismatch_message(actual, expected, 0.0, tol)
+        if found is not None:
+            self.fail(f"{what}: {found[0]}", batch, actual)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {v: k for k, v in DTYPES.items()}.get(dtype, "float64")
+
+
+@dataclasses.dataclass(frozen=True)
+class Property:
+    """One property of SPEC section 7: ``test_<name>`` in ``spec/test_<level>.py``."""
+
+    name: str
+    level: str
+    statement: str
+    check: Callable[[Context, Any, Any], None]
+    examples: Callable[[Context, Any], Sequence[Any]] = lambda ctx, p: ()
+    strategy: Callable[[Context, Any], st.SearchStrategy[Any]] | None = None
+    applies: Callable[[Context, Any], str | None] = lambda ctx, p: None
+    params: Callable[[Adapter], Sequence[Any]] = lambda adapter: (None,)
+    required: Callable[[Context], bool] = lambda ctx: True
+    cost: int = 1  # examples per run = the profile's max_examples // cost
+
+    @property
+    def test_name(self) -> str:
+        """The spec test's name."""
+        return f"test_{self.name}"
+
+
+#: Every property, in the suite's order (filled by :func:`load_properties`).
+PROPERTIES: dict[str, Property] = {}
+
+#: The spec modules, one per level, imported in this order by :func:`load_properties`.
+SPEC_MODULES: tuple[str, ...] = tuple(f"test_{level}" for level in LEVELS)
+
+#: The call-shape properties (layouts token and keep-mask) come after the advantage properties of
+#: all five levels, in this order: the matrix, the kill tables and the "first failing property"
+#: follow the registry's order, which predates their move into the level modules.
+CALL_SHAPE_PROPERTIES: tuple[str, ...] = (
+    "token_reward_position",
+    "token_broadcast",
+    "token_returns",
+    "rejected_rows_ignored",
+    "nan_rows_confined",
+    "keep_mask_rule",
+)
+
+
+def register(prop: Property) -> Property:
+    """Add ``prop`` to :data:`PROPERTIES` (again, in place, when a module is imported a second time
+    under another name: ``spec.test_x`` in a clone and ``sigma_ref.spec.test_x``)."""
+    old = PROPERTIES.get(prop.name)
+    if old is not None and (old.level, _source(old.check)) != (prop.level, _source(prop.check)):
+        raise ValueError(
+            f"property {prop.name!r} is defined twice: in {_source(old.check)} and {_source(prop.check)}; "
+            "rename one"
+        )
+    PROPERTIES[prop.name] = prop
+    return prop
+
+
+def _source(fn: Callable[..., Any]) -> str:
+    """``file.py:qualname`` of a check (the same for the two imports of one spec module)."""
+    return f"{os.path.basename(fn.__code__.co_filename)}:{fn.__qualname__}"
+
+
+_LOADED: list[bool] = [False]
+
+
+def load_properties() -> dict[str, Property]:
+    """Import the spec modules (``sigma_ref.spec``, else a clone's ``spec``), which registers every
+    property in the suite's order; the registry :data:`PROPERTIES` is returned."""
+    if not _LOADED[0]:
+        package = "sigma_ref.spec" if importlib.util.find_spec("sigma_ref.spec") is not None else "spec"
+        for module in SPEC_MODULES:
+            importlib.import_module(f"{package}.{module}")
+
+        # level by level, each module's properties as defined (whichever module was imported first),
+        # then the call-shape properties
+        def rank(prop: Property) -> tuple[int, int]:
+            if prop.name in CALL_SHAPE_PROPERTIES:
+                return (len(LEVELS), CALL_SHAPE_PROPERTIES.index(prop.name))
+            return (LEVELS.index(prop.level), 0)
+
+        ordered = sorted(PROPERTIES.values(), key=rank)  # stable: definition order within a module
+        PROPERTIES.clear()
+        PROPERTIES.update((prop.name, prop) for prop in ordered)
+        _LOADED[0] = True
+    return PROPERTIES
+
+
+def conformance_property(
+    *,
+    level: str,
+    examples: Callable[[Context, Any], Sequence[Any]] | None = None,
+    strategy: Callable[[Context, Any], st.SearchStrategy[Any]] | None = None,
+    applies: Callable[[Context, Any], str | None] | None = None,
+    params: Callable[[Adapter], Sequence[Any]] | None = None,
+    required: Callable[[Context], bool] | None = None,
+    cost: int = 1,
+) -> Callable[[Callable[[Context, Any, Any], None]], Callable[..., None]]:
+    """Make ``test_<name>(ctx, example, param)`` a property of ``level`` and its pytest test.
+
+    The function checks one input (``example``, from ``examples(ctx, param)`` first, then from
+    ``strategy(ctx, param)``) and raises :class:`PropertyFailure`; its docstring is the property's
+    statement. ``applies(ctx, param)`` gives the reason it does not apply (``None`` if it does);
+    ``params(adapter)`` the values it is parametrized over (the ``param`` fixture); ``required(ctx)``
+    whether a FAIL counts as one (else a WARN); ``cost`` divides the examples per run.
+
+    The returned test takes the ``sigma_ctx``, ``sigma_seed`` (and ``param``) fixtures of
+    ``spec/conftest.py`` and runs the property through :func:`evaluate`: a skip when it does not
+    apply, a pytest failure on FAIL, a pass on WARN and NOTE (recorded for the summary).
+    """
+    if level not in LEVELS:
+        raise ValueError(f"level={level!r} is not a level; choose one of {', '.join(LEVELS)}")
+
+    def decorate(check: Callable[[Context, Any, Any], None]) -> Callable[..., None]:
+        if not check.__name__.startswith("test_") or not check.__doc__:
+            raise ValueError(f"{check.__name__}: a property is a documented function named test_<name>")
+        kw: dict[str, Any] = {"cost": cost}
+        for key, value in (("examples", examples), ("applies", applies), ("params", params)):
+            if value is not None:
+                kw[key] = value
+        if required is not None:
+            kw["required"] = required
+        statement = " ".join(check.__doc__.split())
+        prop = register(
+            Property(check.__name__.removeprefix("test_"), level, statement, check, strategy=strategy, **kw)
+        )
+        return _pytest_test(prop, parametrized=params is not None)
+
+    return decorate
+
+
+def _pytest_test(prop: Property, *, parametrized: bool) -> Callable[..., None]:
+    """The pytest function of ``prop``: fixtures in, one :func:`evaluate`, the verdict out."""
+
+    def with_param(sigma_ctx: Context, sigma_seed: int | None, param: Any) -> None:
+        __tracebackhide__ = True
+        _run_in_pytest(prop, sigma_ctx, param, sigma_seed)
+
+    def without_param(sigma_ctx: Context, sigma_seed: int | None) -> None:
+        __tracebackhide__ = True
+        _run_in_pytest(prop, sigma_ctx, None, sigma_seed)
+
+    test: Callable[..., None] = with_param if parametrized else without_param
+    test.__name__ = test.__qualname__ = prop.test_name
+    test.__doc__ = prop.check.__doc__
+    test.__module__ = prop.check.__module__
+    test.place_as = prop.check  # type: ignore[attr-defined]  # pytest reports the check's file and line
+    test.sigma_property = prop  # type: ignore[attr-defined]
+    return test
+
+
+_RECORDED: dict[str, Outcome] = {}
+
+
+def recorded_outcome(nodeid: str) -> Outcome | None:
+    """The outcome a spec test recorded for ``nodeid`` (removed on reading)."""
+    return _RECORDED.pop(nodeid, None)
+
+
+def _run_in_pytest(prop: Property, ctx: Context, param: Any, seed: int | None) -> None:
+    """Run ``prop`` inside a pytest test: skip, fail on FAIL, pass on WARN and NOTE.
+
+    The outcome (with its class) is recorded for the plugin's summary and report.
+    """
+    import pytest
+
+    __tracebackhide__ = True
+    outcome = evaluate(prop, ctx, param, seed=seed)
+    # the running test's node id (pytest sets PYTEST_CURRENT_TEST to "<nodeid> (call)")
+    _RECORDED[os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]] = outcome
+    if outcome.verdict == "skip":  # reported at the property's own line in spec/ (its place_as)
+        raise pytest.skip.Exception(f"not applicable: {outcome.message}", _use_item_location=True)
+    if outcome.verdict == "FAIL":
+        msg = outcome.message
+        if seed is not None:
+            msg += f"\nreproduce with --hypothesis-seed={seed}"
+        pytest.fail(msg, pytrace=False)
+
+
+def get_property(name: str) -> Property:
+    """The property called ``name`` (with or without the ``test_`` prefix)."""
+    key = name.removeprefix("test_")
+    try:
+        return load_properties()[key]
+    except KeyError:
+        raise ValueError(f"no property {name!r}; choose one of {sorted(PROPERTIES)}") from None
+
+
+def guarded(fn: Callable[..., Any], *args: Any, what: Any, refusal_ok: bool = False, **kwargs: Any) -> Any:
+    """Call the implementation through :func:`~sigma_ref.conformance.guard.call_guarded` (time
+    limit, warnings off): any failure is a :class:`PropertyFailure` naming the call.
+
+    ``refusal_ok``: an ordinary exception is a legitimate answer (returns ``None``); exiting, an
+    interrupt or a hang still fail.
+    """
+    try:
+        return call_guarded(fn, *args, what=what, **kwargs)
+    except ImplementationError as exc:
+        if refusal_ok and exc.rejected:
+            return None
+        raise PropertyFailure(Finding(exc.detail, exc.what)) from exc
+
+
+#: The properties a keep-mask filter is checked by (the rest need advantages).
+_KEEP_MASK_PROPERTIES = ("keep_mask_rule", "dapo_keep_mask")
+
+
+def layout_reason(prop: Property, ctx: Context) -> str | None:
+    """Why ``prop`` does not apply to the adapter's layout (``None`` if it does).
+
+    A ``keep-mask`` adapter is a filter: it returns which responses to keep, not
+    advantages, so only the keep-mask properties apply.
+    """
+    if ctx.adapter.layout == "keep-mask" and prop.name not in _KEEP_MASK_PROPERTIES:
+        return "layout 'keep-mask' is a dynamic-sampling filter: it returns a keep mask, not advantages"
+    return None
+
+
+def run_property(
+    prop: Property | str,
+    ctx: Context,
+    param: Any = None,
+    *,
+    max_examples: int | None = None,
+    examples: bool = True,
+    shrink: bool = True,
+    seed: int | None = None,
+) -> None:
+    """Check ``prop`` on its designed inputs, then on hypothesis-generated ones.
+
+    Raises :class:`PropertyFailure` on the first (hypothesis: smallest) failing input,
+    :class:`NotApplicable` if the property does not apply. ``max_examples`` overrides
+    the active hypothesis profile; ``shrink=False`` skips shrinking (fast triage);
+    ``seed`` fixes hypothesis' random stream (and turns derandomization off).
+    """
+    __tracebackhide__ = True
+    prop = get_property(prop) if isinstance(prop, str) else prop
+    reason = prop.applies(ctx, param) or layout_reason(prop, ctx)
+    if reason:
+        raise NotApplicable(reason)
+    if examples:
+        for ex in prop.examples(ctx, param):
+            prop.check(ctx, ex, param)
+    if prop.strategy is None or max_examples == 0:
+        return
+    strategy = prop.strategy(ctx, param)
+    kw: dict[str, Any] = {
+        "deadline": None,  # a verdict never depends on the machine's load
+        "database": None,
+        "suppress_health_check": list(HealthCheck),
+        "report_multiple_bugs": False,  # one failure, the smallest, as PropertyFailure
+    }
+    if max_examples is not None:
+        kw["max_examples"] = max_examples
+    elif prop.cost > 1:
+        kw["max_examples"] = max(1, settings().max_examples // prop.cost)
+    if not shrink:
+        kw["phases"] = [Phase.explicit, Phase.reuse, Phase.generate]
+    else:  # no explain phase: it re-runs the failure to name "lines only failing runs reach" (the guard's)
+        kw["phases"] = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+    if seed is not None:
+        kw["derandomize"] = False  # an explicit seed picks the random stream
+    body = bounded_shrink(lambda example: prop.check(ctx, example, param), SHRINK_BUDGET_S)
+
+    @settings(**kw)
+    @given(strategy)
+    def _property(example: Any) -> None:
+        body(example)
+
+    _property.__qualname__ = _property.__name__ = prop.test_name
+    test = hypothesis_seed(seed)(_property) if seed is not None else _property
+    test()
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One property's result in a run: ``verdict`` is ``pass``, ``FAIL``, ``WARN``, ``NOTE`` or ``skip``.
+
+    ``message`` is the rendered :class:`Finding` (with hypothesis's falsifying example), or
+    the reason a property does not apply.
+    """
+
+    name: str
+    level: str
+    param: str | None
+    verdict: str
+    message: str = ""
+    finding: Finding | None = None
+
+    @property
+    def label(self) -> str:
+        """``test_name[param]``."""
+        return f"test_{self.name}" + (f"[{self.param}]" if self.param else "")
+
+
+def evaluate(
+    prop: Property | str,
+    ctx: Context,
+    param: Any = None,
+    *,
+    max_examples: int | None = None,
+    examples: bool = True,
+    shrink: bool = True,
+    seed: int | None = None,
+) -> Outcome:
+    """Run one property and classify the result (the one runner of the suite).
+
+    A :class:`PropertyFailure` keeps its finding's class, except that a FAIL of a property
+    that is not required under the convention (``Property.required``) is a WARN, and with
+    ``ctx.strict`` every WARN is a FAIL. :class:`NotApplicable` is ``skip``.
+    """
+    prop = get_property(prop) if isinstance(prop, str) else prop
+    label = None if param is None else str(param)
+    try:
+        run_property(prop, ctx, param, max_examples=max_examples, examples=examples, shrink=shrink, seed=seed)
+    except NotApplicable as exc:
+        return Outcome(prop.name, prop.level, label, "skip", str(exc))
+    except Exception as raised:  # a PropertyFailure, or hypothesis's group around one (Flaky: nondeterminism)
+        failure = _first_failure(raised)
+        if not isinstance(failure, PropertyFailure):  # the suite's own error: say so, never a verdict
+            text = f"the suite could not evaluate this property: {type(failure).__name__}: {failure}"
+            return Outcome(prop.name, prop.level, label, "NOTE", text)
+        verdict = failure.verdict
+        if verdict == "FAIL" and not prop.required(ctx):
+            verdict = "WARN"
+        if verdict == "WARN" and ctx.strict:
+            verdict = "FAIL"
+        notes = [n for n in getattr(failure, "__notes__", []) if n.strip()]
+        message = "\n".join([failure.finding.render(), *notes])
+        return Outcome(prop.name, prop.level, label, verdict, message, failure.finding)
+    return Outcome(prop.name, prop.level, label, "pass")
+
+
+def _first_failure(exc: BaseException) -> BaseException:
+    """The first :class:`PropertyFailure` inside an exception group (hypothesis reports an
+    implementation whose result changes between two calls as a ``FlakyFailure`` group)."""
+    if isinstance(exc, PropertyFailure):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _first_failure(inner)
+        if isinstance(found, PropertyFailure):
+            return found
+    return exc
+
+
+def run_suite(
+    ctx: Context,
+    *,
+    max_examples: int | None = None,
+    shrink: bool = True,
+    seed: int | None = None,
+    names: Sequence[str] | None = None,
+) -> list[Outcome]:
+    """Every property (or those in ``names``) on ``ctx``, each parameter once: the outcomes."""
+    return [
+        evaluate(prop, ctx, param, max_examples=max_examples, shrink=shrink, seed=seed)
+        for prop in load_properties().values()
+        if names is None or prop.name in names
+        for param in prop.params(ctx.adapter)
+    ]

@@ -1,0 +1,207 @@
+"""Inputs the suite's properties share: designed batches, hypothesis strategies of batches, the tiny
+softmax policy a loss is called on, and the token-level call (layout ``token``).
+
+Inputs of one property live with it, in ``spec/test_<level>.py``.
+
+Layout ``token`` (verl's ``compute_grpo_outcome_advantage(token_level_rewards, response_mask,
+index)``): the suite builds the token inputs itself
+(:func:`~sigma_ref.conformance.adapter.token_inputs`: lengths 1 to T, the scalar reward on the last
+valid token) and the value properties read one value per row at its last valid token
+(:func:`at_last`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from .. import strategies as sst
+from .adapter import TOKEN_T, Batch, array_text, token_lengths
+from .core import Context, Finding, PropertyFailure, guarded
+
+__all__ = [
+    "batches",
+    "LIVE",
+    "BINARY",
+    "ILL",
+    "WITH_SILENT",
+    "live",
+    "seeded",
+    "groups_of",
+    "POLICY_T",
+    "Policy",
+    "call_loss",
+    "needs_loss",
+    "token_only",
+    "call_token",
+    "token_repr",
+    "at_last",
+]
+
+
+def batches(
+    ctx: Context,
+    *,
+    binary: bool = False,
+    silent: str = "sometimes",
+    min_groups: int = 1,
+    max_groups: int = 4,
+    min_size: int = 2,
+    max_size: int = 8,
+    values: str = "mixed",
+) -> st.SearchStrategy[Batch]:
+    """Batches the adapter can take: ragged and interleaved for the index layout (integer or
+    uuid-like string ids); dyadic, continuous and ill-conditioned rewards (``values``)."""
+    kw = dict(
+        binary=binary,
+        silent=silent,
+        min_groups=min_groups,
+        max_groups=max_groups,
+        min_size=min_size,
+        max_size=max_size,
+        values=values,
+    )
+    if ctx.adapter.ragged:
+        return st.one_of(
+            sst.ragged_batches(**kw).map(lambda ri: Batch(*ri)),  # type: ignore[arg-type]
+            sst.ragged_batches(ids="str", **kw).map(lambda ri: Batch(*ri)),  # type: ignore[arg-type]
+        )
+    return sst.reward_groups(**kw).map(Batch.grouped)  # type: ignore[arg-type]
+
+
+LIVE = [
+    Batch.grouped([[1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 1.0, 0.0]]),
+    Batch.grouped([[0.5, 2.0, -1.0], [1.0, 1.0, 0.0], [0.25, 0.0, 4.0]]),
+]
+BINARY = [Batch.grouped([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])]
+#: Ill-conditioned groups: near-equal rewards with an offset (a one-pass variance in float32 errs
+#: by 1.5% on the first; a stable float32 computation by ~1e-5)
+ILL = [Batch.grouped([[5.0, 5.01, 5.0, 5.02], [10000.3, 10000.1, 10000.7, 10000.2]])]
+WITH_SILENT = [Batch.grouped([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])]
+
+
+def live(ctx: Context, p: Any) -> list[Batch]:
+    """The designed live batches (an ``examples`` callable)."""
+    return list(LIVE)
+
+
+def seeded(strategy: st.SearchStrategy[Batch]) -> st.SearchStrategy[tuple[Batch, int]]:
+    """``(batch, seed)`` pairs: a batch and a seed for the property's own random choices."""
+    return st.tuples(strategy, st.integers(0, 2**32 - 1))
+
+
+def groups_of(batch: Batch) -> np.ndarray:
+    """Each response's group as 0, 1, ... (in sorted-id order)."""
+    return np.unique(batch.index, return_inverse=True)[1].reshape(-1)
+
+
+# the tiny policy: logits = x_it @ W over a vocabulary of 6, tokens y_it, lengths L_i
+_V, _F, POLICY_T = 6, 4, 5
+
+
+@dataclasses.dataclass
+class Policy:
+    """A tiny softmax policy ``log pi(y_it) = log_softmax(x_it @ W)[y_it]`` over responses of lengths
+    2 to ``POLICY_T`` (``mask``), for the properties that differentiate a loss."""
+
+    W: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+
+    @staticmethod
+    def make(n: int, seed: int) -> Policy:
+        """``n`` responses drawn from ``seed``."""
+        gen = torch.Generator().manual_seed(seed)
+        W = torch.randn(_F, _V, generator=gen, dtype=torch.float64).requires_grad_(True)
+        x = torch.randn(n, POLICY_T, _F, generator=gen, dtype=torch.float64)
+        y = torch.randint(0, _V, (n, POLICY_T), generator=gen)
+        lengths = torch.randint(2, POLICY_T + 1, (n,), generator=gen)
+        mask = (torch.arange(POLICY_T).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+        return Policy(W, x, y, mask)
+
+    def logp(self) -> torch.Tensor:
+        """``log pi(y_it)``, ``[n, POLICY_T]``, differentiable in ``W``."""
+        logits = self.x @ self.W
+        return torch.log_softmax(logits, -1).gather(-1, self.y.unsqueeze(-1)).squeeze(-1)
+
+
+def call_loss(
+    ctx: Context,
+    logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    batch: Batch,
+    old_logp: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The implementation's loss (ratio 1 unless ``old_logp`` is given); ``(loss, metrics)`` accepted."""
+    assert ctx.adapter.loss is not None
+    where = "at ratio 1" if old_logp is None else "at ratio != 1"
+    old = logp.detach() if old_logp is None else old_logp
+    out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}")
+    if isinstance(out, tuple | list) and out:
+        out = out[0]  # (loss, metrics), as many trainers return
+    if not isinstance(out, torch.Tensor) or out.numel() != 1:
+        raise PropertyFailure(
+            f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor"
+        )
+    return out.reshape(())
+
+
+def needs_loss(ctx: Context, p: Any) -> str | None:
+    """Why a loss property does not apply (no loss given)."""
+    return None if ctx.adapter.loss is not None else "no loss given (--loss pkg.module:loss enables it)"
+
+
+# ---------------------------------------------------------------------------------
+# layout token
+def token_only(ctx: Context, p: Any) -> str | None:
+    """Why a token-layout property does not apply (another layout)."""
+    if ctx.adapter.layout != "token":
+        return f"layout {ctx.adapter.layout!r} takes no token-level inputs (layout 'token' does)"
+    return None
+
+
+def call_token(
+    ctx: Context, batch: Batch, lengths: torch.Tensor | None = None, rewards: np.ndarray | None = None
+) -> tuple[tuple[Any, ...], Any, np.ndarray]:
+    """``(inputs given, raw output, advantages [N, T] as float64 numpy)``; failures as findings."""
+    r = torch.tensor(batch.rewards if rewards is None else rewards, dtype=torch.float64)
+    call = token_repr(ctx, batch, lengths)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            given, raw, adv = ctx.adapter.call_token(batch, r, lengths)
+    except Exception as exc:
+        raise PropertyFailure(Finding(f"raised {type(exc).__name__}: {exc}", call)) from exc
+    shape = tuple(given[0].shape)
+    if not isinstance(adv, torch.Tensor) or tuple(adv.shape) != shape:
+        got = tuple(adv.shape) if hasattr(adv, "shape") else type(adv).__name__
+        raise PropertyFailure(
+            Finding(f"advantages.shape={got}, but should be {shape} (like token_level_rewards)", call)
+        )
+    return given, raw, adv.detach().to("cpu", torch.float64).numpy()
+
+
+def token_repr(ctx: Context, batch: Batch, lengths: torch.Tensor | None) -> str:
+    """The token-level call, in words, for a finding."""
+    n = batch.n
+    L = (token_lengths(n) if lengths is None else lengths).tolist()
+    r = array_text(batch.rewards)
+    idx = array_text(batch.index)
+    return (
+        f"{ctx.adapter.name}(token_level_rewards=[{n}, {TOKEN_T}] with R={r} on the last valid token of "
+        f"lengths {L}, response_mask=[{n}, {TOKEN_T}], index={idx})"
+    )
+
+
+def at_last(adv: np.ndarray, lengths: torch.Tensor) -> np.ndarray:
+    """Each row's value at its last valid token (``adv[i, L_i - 1]``)."""
+    L = lengths.numpy()
+    last: np.ndarray = adv[np.arange(adv.shape[0]), np.maximum(L - 1, 0)]
+    return last
