@@ -34,6 +34,7 @@ All functions take a number, a sequence, a numpy array or a torch tensor for ``p
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, Literal
 
 import mpmath
@@ -181,7 +182,9 @@ def _reach(L: np.ndarray, c: np.ndarray, d: np.ndarray, limit: np.ndarray) -> np
     return np.minimum(np.ceil(s), limit)
 
 
-def _window(p: np.ndarray, q: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _window(
+    p: np.ndarray, q: np.ndarray, G: np.ndarray, extra: np.ndarray | float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """``[lo, hi]`` outside which the terms of ``sum_k C(G,k) p^k q^(G-k) sqrt(k (G-k))`` (``p <= 1/2``)
     add up to less than ``_TAIL`` of the sum (derivation: ``proofs/04_expectations.py``).
 
@@ -192,6 +195,7 @@ def _window(p: np.ndarray, q: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np
     below ``exp(-L) t_a``; there are fewer than ``G`` of them, each weight ``sqrt(k (G-k)) <= G/2``,
     and the sum is at least ``t_a sqrt(a (G - a)) >= t_a sqrt(G - 1)``, so the share left out is
     below ``G**1.5 exp(-L) / 2``: ``L = log(1/_TAIL) + 1.5 log G`` makes it ``< _TAIL / 2``.
+    ``extra`` (per prompt) is added to ``L``: the fidelity deficit's window (``_deficit``) needs more.
     """
     lo, hi = np.ones_like(G), G - 1  # small groups: every term (cheaper than the bound)
     big = np.flatnonzero(G > _SEGMENT // 2)
@@ -200,21 +204,29 @@ def _window(p: np.ndarray, q: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np
         a = np.clip(np.floor((Gb + 1) * p), 1, Gb - 1)
         a = np.where(((Gb - a) * p > (a + 1) * q) & (a < Gb - 1), a + 1, a)  # the float mode, made exact
         a = np.where((a * q > (Gb - a + 1) * p) & (a > 1), a - 1, a)
-        L = math.log(1 / _TAIL) + 1.5 * np.log(Gb)
+        L = math.log(1 / _TAIL) + 1.5 * np.log(Gb) + (extra[big] if isinstance(extra, np.ndarray) else extra)
         lo[big] = a - _reach(L, Gb - a + 1, a, a - 1)
         hi[big] = a + _reach(L, a + 1, Gb - a, Gb - 1 - a)
     return lo, hi
 
 
 def _walk(
-    k0: np.ndarray, length: np.ndarray, G: np.ndarray, odds: np.ndarray, anchor: np.ndarray
+    k0: np.ndarray,
+    length: np.ndarray,
+    G: np.ndarray,
+    odds: np.ndarray,
+    anchor: np.ndarray,
+    deficit: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """``sum_{i < length} t_{k0+i} sqrt((k0+i) (G-k0-i))`` per lane: ``t_{k0}`` is the saddle-point
-    pmf ``anchor``, then the exact ratio ``t_{k+1} / t_k = (G - k) / (k + 1) * p / (1 - p)`` (three
-    roundings a step: relative error below ``3 max(length)`` ulps). A loop over the steps (at
-    most ``_SEGMENT``), each a few vector ops over the lanes still running."""
+    """``sum_{i < length} t_{k0+i} w(k0+i)`` per lane: ``t_{k0}`` is the saddle-point pmf ``anchor``,
+    then the exact ratio ``t_{k+1} / t_k = (G - k) / (k + 1) * p / (1 - p)`` (three roundings a step:
+    relative error below ``3 max(length)`` ulps). The weight ``w(k)`` is ``sqrt(k (G-k))``, or with
+    ``deficit = (d0, gr, inv)`` (``d0 = k0 - G p``, ``gr = G (1 - 2p)``, ``inv = 1 / (G**2 p (1-p))``)
+    ``(u / (1 + sqrt(1 - u)))**2`` with ``u = d (d - gr) inv = 1 - k (G-k) / (G**2 p (1-p))`` (no
+    cancellation: ``d = k - G p`` is carried exactly from ``d0``). A loop over the steps (at most
+    ``_SEGMENT``), each a few vector ops over the lanes still running."""
     steps = int(length.max())
-    if k0.min() == k0.max() and G.min() == G.max() and length.min() == steps:
+    if deficit is None and k0.min() == k0.max() and G.min() == G.max() and length.min() == steps:
         # the same k and G in every lane (small groups: the whole range): the weight and the
         # binomial part of the ratio are scalars, rounded once each (same error budget)
         term, total, tmp = anchor.copy(), np.zeros_like(k0), np.empty_like(k0)
@@ -236,6 +248,9 @@ def _walk(
     rest = G[order] - k
     lane_odds, term = odds[order], anchor[order]
     total, tmp = np.zeros_like(k), np.empty_like(k)
+    if deficit is not None:
+        d, gr, inv = (x[order] for x in deficit)
+        tmp2 = np.empty_like(k)
     with np.errstate(under="ignore"):
         for i in range(steps):
             n = int(running[i])
@@ -246,8 +261,21 @@ def _walk(
                 rn -= 1
                 np.divide(wn, kn, out=wn)
                 tn *= wn
-            np.multiply(kn, rn, out=wn)
-            np.sqrt(wn, out=wn)
+            if deficit is None:
+                np.multiply(kn, rn, out=wn)
+                np.sqrt(wn, out=wn)
+            else:
+                dn, vn = d[:n], tmp2[:n]
+                if i:
+                    dn += 1
+                np.subtract(dn, gr[:n], out=wn)
+                wn *= dn
+                wn *= inv[:n]  # u
+                np.subtract(1.0, wn, out=vn)
+                np.sqrt(vn, out=vn)
+                vn += 1.0
+                np.divide(wn, vn, out=wn)  # 1 - sqrt(1 - u), without cancellation
+                wn *= wn
             wn *= tn
             total[:n] += wn
     out = np.empty_like(total)
@@ -255,30 +283,45 @@ def _walk(
     return out
 
 
-def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
-    """``E[sqrt(k (G - k))]`` for ``k ~ Binomial(G, p)``, elementwise over 1-D ``p``, ``G``.
+def _minus_product(k: np.ndarray, G: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``k - G p`` for integer-valued ``k, G < 2**41``, with error a few ulps of the result (not of ``G p``).
 
-    Symmetric in ``p <-> 1 - p`` (``k -> G - k``), so only ``p <= 1/2`` is summed (``1 - p`` is exact
-    for ``p >= 1/2``). Each prompt's window (``_window``, ``O(sqrt(G p (1-p)) + log G)`` terms)
+    ``G = G_hi + G_lo`` (``G_hi`` a multiple of ``2**20``: at most 21 significant bits) and Veltkamp's
+    split ``p = p_hi + p_lo`` (26 bits each) make the four partial products exact."""
+    G_hi = np.floor(G / 2.0**20) * 2.0**20
+    G_lo = G - G_hi
+    t = p * (2.0**27 + 1)
+    p_hi = t - (t - p)
+    p_lo = p - p_hi
+    return (((k - G_hi * p_hi) - G_hi * p_lo) - G_lo * p_hi) - G_lo * p_lo
+
+
+def _window_sum(pl: np.ndarray, Gl: np.ndarray, deficit: bool) -> np.ndarray:
+    """``sum_k t_k w(k)`` over the window, ``0 < pl <= 1/2``: ``w = sqrt(k (G-k))``, or the deficit's
+    weight (``_walk``). Each prompt's window (``_window``, ``O(sqrt(G p (1-p)) + log G)`` terms)
     is cut into runs of at most ``_SEGMENT`` terms, each anchored by the saddle-point pmf and
     walked by the exact ratio; prompts are sorted by window width and processed in cache-sized
-    chunks of runs.
-    """
-    out = np.zeros_like(p)
-    live = (p > 0) & (p < 1)
-    idx = np.flatnonzero(live) if not live.all() else slice(None)
-    Gl, pl = G[idx], p[idx]
-    if pl.size == 0:
-        return out
-    pl = np.minimum(pl, 1.0 - pl)
+    chunks of runs."""
     q = 1.0 - pl
     c = (1.0 - q) - pl  # (1 - p) - q, exactly
     odds = pl / q / (1 + c / q)
-    lo, hi = _window(pl, q, Gl)
+    if deficit:
+        var = pl * q + pl * c  # p (1 - p), rounded once or twice
+        extra = 0.5 * np.log(Gl) - 2 * np.log(4 * var)
+        lo, hi = _window(pl, q, Gl, extra)
+        gr = Gl * (1.0 - 2 * pl)  # G (1 - 2p): 2p exact, two roundings
+        inv = 1.0 / (Gl * Gl * var)
+    else:
+        lo, hi = _window(pl, q, Gl)
     width = (hi - lo + 1).astype(np.int64)
+
+    def lanes(r: np.ndarray, k0: np.ndarray, length: np.ndarray) -> np.ndarray:
+        anchors = _binom_pmf(k0, Gl[r], pl[r], q[r], c[r])  # the group's saddle points in one pass
+        extra_lanes = (_minus_product(k0, Gl[r], pl[r]), gr[r], inv[r]) if deficit else None
+        return _walk(k0, length, Gl[r], odds[r], anchors, extra_lanes)
+
     if width.max() <= _SEGMENT:  # one run per prompt: no grouping needed
-        out[idx] = _walk(lo, width, Gl, odds, _binom_pmf(lo, Gl, pl, q, c))
-        return out
+        return lanes(np.arange(pl.size), lo, width)
     order = np.argsort(width, kind="stable")
     sorted_width = width[order]
     totals = np.zeros(pl.size)
@@ -298,13 +341,46 @@ def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
         keep = length > 0
         local, offset, length = local[keep], offset[keep], length[keep]
         r = rows[local]
-        k0 = lo[r] + offset
-        anchors = _binom_pmf(k0, Gl[r], pl[r], q[r], c[r])  # the group's saddle points in one pass
-        lane_sums = _walk(k0, length, Gl[r], odds[r], anchors)
+        lane_sums = lanes(r, lo[r] + offset, length)
         starts = np.r_[0, np.flatnonzero(np.diff(local)) + 1]  # each prompt's lanes are adjacent
         totals[rows] = np.add.reduceat(lane_sums, starts)  # pairwise within a prompt
         start = end
-    out[idx] = totals
+    return totals
+
+
+def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``E[sqrt(k (G - k))]`` for ``k ~ Binomial(G, p)``, elementwise over 1-D ``p``, ``G``.
+
+    Symmetric in ``p <-> 1 - p`` (``k -> G - k``), so only ``p <= 1/2`` is summed (``1 - p`` is exact
+    for ``p >= 1/2``), by ``_window_sum``.
+    """
+    out = np.zeros_like(p)
+    live = (p > 0) & (p < 1)
+    idx = np.flatnonzero(live) if not live.all() else slice(None)
+    if p[idx].size:
+        pl = p[idx]
+        out[idx] = _window_sum(np.minimum(pl, 1.0 - pl), G[idx], deficit=False)
+    return out
+
+
+def _deficit(p: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``1 - fidelity(p, G)`` to about ``1e-13`` relative, however small (no subtraction from 1).
+
+    With ``Y = k (G-k) / (G**2 p (1-p))`` and ``u = 1 - Y``: ``phi = E[sqrt(Y)]``, ``E[u] = 1/G``
+    exactly, and ``1 - sqrt(1 - u) = u/2 + (u / (1 + sqrt(1 - u)))**2 / 2``, so
+    ``1 - phi = 1/(2G) + E[(u / (1 + sqrt(1 - u)))**2] / 2``: every term is nonnegative
+    (derivation: ``proofs/04_expectations.py``). The ``k = 0, G`` terms (``u = 1``) give
+    ``silent_group_rate / 2``; the rest is ``_window_sum`` with a window widened so that what it
+    leaves out is below ``_TAIL`` of ``1/(2G) <= 1 - phi``. ``1`` at ``p in {0, 1}``.
+    """
+    out = np.ones_like(p)
+    live = (p > 0) & (p < 1)
+    idx = np.flatnonzero(live) if not live.all() else slice(None)
+    if p[idx].size:
+        pl, Gl = p[idx], G[idx]
+        pl = np.minimum(pl, 1.0 - pl)
+        silent = pl**Gl + _one_minus_pow(pl, Gl)
+        out[idx] = 1 / (2 * Gl) + (silent + _window_sum(pl, Gl, deficit=True)) / 2
     return out
 
 
@@ -439,12 +515,13 @@ def min_group_size(p: Any, epsilon: float = 0.05) -> Any:
 def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     """Least ``G >= 2`` with ``fidelity(p, G) >= 1 - epsilon``.
 
-    The fidelity increases in ``G``, and ``1 / (1 - phi(G))`` is nearly linear in ``G``
-    (``8 G p (1-p) + O(1)`` by the attenuation law), so a secant on it, started at the closed
-    form's second order and kept inside a bracket ``phi(lo) < 1 - epsilon <= phi(hi)``, lands
-    within a step or two of the answer; bisection takes over after twelve rounds (where the
-    float64 fidelity is flat over many ``G``, as at ``epsilon = 1e-12``). All prompts at once, each
-    distinct ``min(p, 1 - p)`` once (the fidelity is symmetric).
+    Decided on the deficit ``1 - phi(G) <= epsilon``, computed with relative precision however small
+    (``_deficit``), so the answer is the least ``G`` even where float64 ``phi`` is flat over many
+    ``G`` (``epsilon = 1e-12``). ``1 - phi = 1/(2G) + (a nonnegative sum)`` gives the analytic lower
+    end: every ``G <= 1/(2 epsilon)`` falls short. ``1 / (1 - phi(G))`` is nearly linear in ``G``
+    (``8 G p (1-p) + O(1)``), so a secant on it, started at the expansion's second order and kept
+    inside a bracket, lands on the answer in a step or two; bisection takes over after twelve
+    rounds. All prompts at once, each distinct ``min(p, 1 - p)`` once (the fidelity is symmetric).
 
     >>> exact_group_size(0.5), exact_group_size(0.03)
     (11, 113)
@@ -454,28 +531,31 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     _arrays.check_probability(p_arr, open_interval=True)
     pf = p_arr.reshape(-1)
     half, inverse = np.unique(np.minimum(pf, 1.0 - pf), return_inverse=True)
-    target = 1 - eps
-    lo = np.ones_like(half)  # fidelity(1) = 0: G = 1 never suffices
+    # 1 - phi(G) >= 1/(2G) > eps for every G < 1/(2 eps), and at G = 1/(2 eps) (an integer) too
+    floor = math.floor(Fraction(1, 2) / Fraction(eps))
+    lo = np.full_like(half, float(max(1, min(floor, _MAX_G))))  # phi(lo) < 1 - eps: known short
     hi = np.full_like(half, np.inf)
     g_last, psi_last = np.full_like(half, np.nan), np.full_like(half, np.nan)
     var = half * (1 - half)
     # start: 1 - phi = y + b y**2 + O(y**3), y = 1/(8 G p q), b = (7 - 16 p q)/2 (proofs/04), solved for y
     y = 2 * eps / (1 + np.sqrt(1 + 2 * (7 - 16 * var) * eps))
-    cand = np.minimum(np.maximum(2.0, np.ceil(1 / (8 * var * y))), _MAX_G)
+    cand = np.minimum(np.maximum(lo + 1, np.ceil(1 / (8 * var * y))), _MAX_G)
     active = np.arange(half.size)
+    if (lo >= _MAX_G).any():
+        cand[:] = _MAX_G + 1  # no group size within reach: reported below
     for round_ in range(200):
         g = cand[active]
-        phi = _fidelity(half[active], g)
-        ok = phi >= target
-        hi[active] = np.where(ok, g, hi[active])
-        lo[active] = np.where(ok, lo[active], g)
-        if (lo[active] >= _MAX_G).any():
-            i = np.flatnonzero(inverse == active[np.argmax(lo[active] >= _MAX_G)])[0]
+        if (g > _MAX_G).any():
+            i = np.flatnonzero(inverse == active[np.argmax(g > _MAX_G)])[0]
             raise ValueError(
                 f"epsilon={eps!r} needs a group above 2**40 for p={float(pf[i])!r}; "
                 "use a larger epsilon or drop prompts that (almost) never or always succeed"
             )
-        psi = 1 / (1 - phi)
+        short = _deficit(half[active], g)
+        ok = short <= eps
+        hi[active] = np.where(ok, g, hi[active])
+        lo[active] = np.where(ok, lo[active], g)
+        psi = 1 / short
         with np.errstate(divide="ignore", invalid="ignore"):
             slope = (psi - psi_last[active]) / (g - g_last[active])
             law = 8 * var[active]  # d/dG of 1 / (1 - attenuation)
@@ -492,7 +572,8 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
             step = np.where(np.isinf(above) & (raw <= below), 2 * below, step)  # no upper end yet
         else:
             step = np.where(np.isinf(above), 2 * below, np.floor((below + above) / 2))
-        cand[active] = np.minimum(step, _MAX_G)
+        # a step past 2**40 with no upper end yet: try 2**40 itself once, then report
+        cand[active] = np.where(step > _MAX_G, np.where(below < _MAX_G, _MAX_G, _MAX_G + 1), step)
     sizes = np.maximum(hi, 2.0)[inverse]
     return back(sizes.reshape(p_arr.shape), integer=True)
 
