@@ -111,7 +111,7 @@ def _bd0(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
         ratio = x / mean
         # a subnormal mean (p below ~1e-300) overflows the ratio: take the difference of logs
         log_ratio = np.where(np.isfinite(ratio), np.log(ratio), np.log(x) - np.log(mean))
-        out = x * log_ratio + mean - x
+        out: np.ndarray = x * log_ratio + mean - x
     if near.any():
         dn, sn, xn = d[near], s[near], x[near]
         v = dn / sn
@@ -153,7 +153,8 @@ def _binom_pmf(k: np.ndarray, G: np.ndarray, p: np.ndarray, q: np.ndarray, c: np
 
 def _bennett(u: np.ndarray) -> np.ndarray:
     """Bennett's function ``h(u) = (1 + u) log(1 + u) - u`` for ``u > -1``."""
-    return (1 + u) * np.log1p(u) - u
+    out: np.ndarray = (1 + u) * np.log1p(u) - u
+    return out
 
 
 def _reach(L: np.ndarray, c: np.ndarray, d: np.ndarray, limit: np.ndarray) -> np.ndarray:
@@ -179,7 +180,8 @@ def _reach(L: np.ndarray, c: np.ndarray, d: np.ndarray, limit: np.ndarray) -> np
         todo = todo[step > 1]  # a smaller step moves the reach by at most one term
         if todo.size == 0:
             break
-    return np.minimum(np.ceil(s), limit)
+    out: np.ndarray = np.minimum(np.ceil(s), limit)
+    return out
 
 
 def _window(
@@ -230,14 +232,14 @@ def _walk(
         # the same k and G in every lane (small groups: the whole range): the weight and the
         # binomial part of the ratio are scalars, rounded once each (same error budget)
         term, total, tmp = anchor.copy(), np.zeros_like(k0), np.empty_like(k0)
-        k, g = float(k0[0]), float(G[0])
+        kf, g = float(k0[0]), float(G[0])
         with np.errstate(under="ignore"):
             for i in range(steps):
                 if i:
                     term *= odds
-                    term *= (g - k) / (k + 1)
-                    k += 1
-                np.multiply(term, math.sqrt(k * (g - k)), out=tmp)
+                    term *= (g - kf) / (kf + 1)
+                    kf += 1
+                np.multiply(term, math.sqrt(kf * (g - kf)), out=tmp)
                 total += tmp
         return total
     # longest lanes first: step i touches only the first n_i lanes (those longer than i)
@@ -293,7 +295,8 @@ def _minus_product(k: np.ndarray, G: np.ndarray, p: np.ndarray) -> np.ndarray:
     t = p * (2.0**27 + 1)
     p_hi = t - (t - p)
     p_lo = p - p_hi
-    return (((k - G_hi * p_hi) - G_hi * p_lo) - G_lo * p_hi) - G_lo * p_lo
+    out: np.ndarray = (((k - G_hi * p_hi) - G_hi * p_lo) - G_lo * p_hi) - G_lo * p_lo
+    return out
 
 
 def _window_sum(pl: np.ndarray, Gl: np.ndarray, deficit: bool) -> np.ndarray:
@@ -398,10 +401,11 @@ def _p_and_G(p: Any, G: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], _
     return pb.reshape(-1), Gb.reshape(-1), pb.shape, back
 
 
-def _check_method(method: Any) -> str:
+def _check_method(method: Any) -> Method:
     if method not in _METHODS:
         raise ValueError(f"method={method!r} must be one of {_METHODS}")
-    return method
+    checked: Method = method
+    return checked
 
 
 def _one_minus_pow(p: np.ndarray, G: np.ndarray) -> np.ndarray:
@@ -415,7 +419,8 @@ def _one_minus_pow(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     q = 1.0 - p
     c = (1.0 - q) - p
     ratio = np.divide(c, q, out=np.zeros_like(q), where=q > 0)
-    return q**G * np.exp(G * np.log1p(ratio))
+    out: np.ndarray = q**G * np.exp(G * np.log1p(ratio))
+    return out
 
 
 def silent_group_rate(p: Any, G: Any) -> Any:
@@ -433,8 +438,10 @@ def silent_group_rate(p: Any, G: Any) -> Any:
 
 def _expected(pf: np.ndarray, Gf: np.ndarray, method: str) -> np.ndarray:
     if method == "dr_grpo":
-        return pf * (1 - pf) * (1 - 1 / Gf)
-    return _expected_root(pf, Gf) / Gf
+        out: np.ndarray = pf * (1 - pf) * (1 - 1 / Gf)
+    else:
+        out = _expected_root(pf, Gf) / Gf
+    return out
 
 
 def expected_gradient(p: Any, G: Any, method: Method = "grpo") -> Any:
