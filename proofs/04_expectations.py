@@ -347,3 +347,27 @@ for g, expect_short in ((g0, True), (g0 + 1, False)):
     assert abs(two_terms - sp.Rational(10**-12)) > 10**10 * sp.Rational(1, g**3)  # margin >> O(G^-3)
 assert sigma_ref.exact_group_size(0.5, 1e-12) == g0 + 1
 "least G at (1/2, 1e-12): 500000000001"
+
+# %% [markdown]
+# ## Small groups, term by term (`_dense_root`, `G <= 16`)
+#
+# `sum_{k=1}^{G-1} C(G,k) p^k q^(G-k) sqrt(k(G-k)) = q^G sum_k w_k x^k` with `w_k = C(G,k) sqrt(k(G-k))`
+# and the odds `x = p/q`, summed by Horner's rule (positive coefficients, `x <= 1` for `p <= 1/2`:
+# no cancellation). `(1-p)^G = q^G (1 + c/q)^G` for `q = fl(1-p)` and `c = (1-p) - q`, whose
+# first order `1 + G c/q` leaves `binomial(G, 2) (c/q)^2 <= 120 * 2^-104 < 1e-28` (`G <= 16`).
+
+# %%
+xx = sp.Symbol("x", positive=True)
+for g in range(2, 17):
+    w = [sp.binomial(g, j) * sp.sqrt(j * (g - j)) for j in range(g + 1)]
+    horner = w[g - 1]
+    for j in range(g - 2, 0, -1):
+        horner = horner * xx + w[j]
+    horner = horner * xx
+    dense = sum(w[j] * p**j * q ** (g - j) for j in range(1, g))
+    assert sp.cancel(sp.together(q**g * horner.subs(xx, p / q) - dense)) == 0
+    assert sp.expand(horner - sum(w[j] * xx**j for j in range(1, g))) == 0
+eta = sp.Symbol("eta", positive=True)  # c/q
+second = sp.series((1 + eta) ** 16, eta, 0, 3).removeO() - (1 + 16 * eta)
+assert second == 120 * eta**2 and float(120 * sp.Rational(2) ** -104) < 1e-28
+"Horner form of the small-group sum: G = 2..16"

@@ -62,6 +62,7 @@ _TAIL = 1e-17  # bound on the relative share of E[sqrt(k (G - k))] left outside 
 _SEGMENT = 128  # terms walked by the exact ratio from one saddle-point anchor
 _GROUP = 1 << 22  # window cells evaluated at once: lanes (runs) of up to _SEGMENT terms, walked together
 _MAX_G = 2**40
+_DENSE_MAX = 16  # up to this G, E[sqrt(k (G-k))] is summed term by term (_dense_root): faster, as exact
 
 
 def _stirlerr_table() -> np.ndarray:
@@ -351,18 +352,62 @@ def _window_sum(pl: np.ndarray, Gl: np.ndarray, deficit: bool) -> np.ndarray:
     return totals
 
 
+def _dense_root(p: np.ndarray, G: int) -> np.ndarray:
+    """``sum_{k=1}^{G-1} C(G,k) p^k (1-p)^(G-k) sqrt(k (G-k))`` term by term, for one small ``G``
+    (``<= _DENSE_MAX``) and ``0 < p <= 1/2``.
+
+    ``= (1-p)^G sum_k w_k x^k`` with ``w_k = C(G,k) sqrt(k (G-k))`` (one rounded scalar each) and the
+    odds ``x = p / (1-p) <= 1``, summed by Horner's rule: every coefficient and ``x`` are positive,
+    so there is no cancellation and the sum is within ``2 G`` ulps, ``x``'s three roundings add
+    ``3 G`` more through ``x^k``. ``(1-p)^G = q^G (1 + c/q)^G`` with ``q = fl(1-p)`` and the exact
+    residual ``c = (1-p) - q`` is ``q^G (1 + G c/q)`` to first order (``|G c/q| <= G 2**-52``: the
+    second order is below ``1e-28``), and ``x = p / q / (1 + c/q)``. In all, ``(6 G + 8)`` ulps:
+    ``2e-14`` at ``G = 16``. About ``2 G`` in-place vector operations over ``p``, cheaper than the
+    window's saddle-point anchors for ``G <= _DENSE_MAX``."""
+    q = 1.0 - p
+    tilt = (1.0 - q) - p
+    tilt /= q
+    x = p / q
+    x /= 1.0 + tilt
+    total = np.full_like(p, math.comb(G, G - 1) * math.sqrt(G - 1))
+    with np.errstate(under="ignore"):
+        for k in range(G - 2, 0, -1):
+            total *= x
+            total += math.comb(G, k) * math.sqrt(k * (G - k))
+        total *= x
+        scale = q**G
+        tilt *= G
+        tilt += 1.0
+        scale *= tilt
+        total *= scale
+    return total
+
+
 def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     """``E[sqrt(k (G - k))]`` for ``k ~ Binomial(G, p)``, elementwise over 1-D ``p``, ``G``.
 
     Symmetric in ``p <-> 1 - p`` (``k -> G - k``), so only ``p <= 1/2`` is summed (``1 - p`` is exact
-    for ``p >= 1/2``), by ``_window_sum``.
+    for ``p >= 1/2``): term by term for ``G <= _DENSE_MAX`` (``_dense_root``), else by
+    ``_window_sum``.
     """
     out = np.zeros_like(p)
     live = (p > 0) & (p < 1)
     idx = np.flatnonzero(live) if not live.all() else slice(None)
     if p[idx].size:
-        pl = p[idx]
-        out[idx] = _window_sum(np.minimum(pl, 1.0 - pl), G[idx], deficit=False)
+        pl, Gl = p[idx], G[idx]
+        pl = np.minimum(pl, 1.0 - pl)
+        small = Gl <= _DENSE_MAX
+        if small.all() and Gl.min() == Gl.max():
+            out[idx] = _dense_root(pl, int(Gl[0]))
+            return out
+        values = np.empty_like(pl)
+        for g in np.unique(Gl[small]).tolist():
+            rows = np.flatnonzero(Gl == g)
+            values[rows] = _dense_root(pl[rows], int(g))
+        big = np.flatnonzero(~small)
+        if big.size:
+            values[big] = _window_sum(pl[big], Gl[big], deficit=False)
+        out[idx] = values
     return out
 
 

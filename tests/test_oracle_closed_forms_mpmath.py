@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from sigma_ref import exact_group_size, expected_gradient, fidelity, silent_group_rate
-from sigma_ref.difficulty import _TAIL, _deficit, _window
+from sigma_ref.difficulty import _DENSE_MAX, _TAIL, _deficit, _window
 from tests.helpers import assert_close, windowed_expected_sigma
 
 RTOL = 1e-13  # the precision sigma_ref.difficulty documents
@@ -221,3 +221,15 @@ def test_exact_group_size_epsilon_1e_12() -> None:
         assert abs(two_terms - Fraction(1e-12)) > Fraction(10**10, g**3)
     assert exact_group_size(0.5, 1e-12) == least
     assert exact_group_size([0.5, 0.5], 1e-12).tolist() == [least, least]
+
+
+@pytest.mark.parametrize("G", range(2, _DENSE_MAX + 2))
+def test_small_groups_term_by_term_mpmath(G: int) -> None:
+    """``G <= _DENSE_MAX`` is summed term by term (Horner in the odds), ``_DENSE_MAX + 1`` by the
+    window: both to ``1e-13`` of the 50-digit sum from a subnormal ``p`` to ``1 - 1e-12``, in one
+    call with mixed ``G`` too."""
+    p = np.array([5e-320, 1e-300, 1e-12, 1e-6, 0.03, 0.3, 0.5, 0.7, 1 - 1e-9, 1 - 1e-12])
+    exact = np.array([float(mp_expected(float(pi), G)) for pi in p])
+    assert_close(expected_gradient(p, G), exact, rtol=RTOL, atol=1e-322, what=f"G={G}")
+    mixed = np.array([G, 64] * (p.size // 2))
+    assert_close(expected_gradient(p, mixed)[::2], exact[::2], rtol=RTOL, atol=1e-322, what=f"mixed G={G}")
