@@ -564,12 +564,28 @@ def min_group_size(p: Any, epsilon: float = 0.05) -> Any:
     return back(size, integer=True)
 
 
+_SURE = 1e-12  # 1 - fl(phi) is within 1e-13 phi + 2**-53 of 1 - phi: a margin ten times that decides
+
+
+def _shortfall(p: np.ndarray, G: np.ndarray, eps: float) -> np.ndarray:
+    """``1 - phi(p, G)``, good enough to compare with ``eps`` and to aim the next step: ``1 - fl(phi)``
+    (cheaper) where ``eps >= 1e-6`` and it is farther than ``_SURE`` from ``eps``, else ``_deficit``."""
+    if eps < 1e-6:
+        return _deficit(p, G)
+    short = 1.0 - _fidelity(p, G)
+    unsure = np.flatnonzero(np.abs(short - eps) <= _SURE)
+    if unsure.size:
+        short[unsure] = _deficit(p[unsure], G[unsure])
+    return short
+
+
 def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     """Least ``G >= 2`` with ``fidelity(p, G) >= 1 - epsilon``.
 
     Decided on the deficit ``1 - phi(G) <= epsilon``, computed with relative precision however small
-    (``_deficit``), so the answer is the least ``G`` even where float64 ``phi`` is flat over many
-    ``G`` (``epsilon = 1e-12``). ``1 - phi = 1/(2G) + (a nonnegative sum)`` gives the analytic lower
+    (``_deficit``) where ``epsilon < 1e-6`` or ``1 - fl(phi)`` is within ``1e-12`` of ``epsilon``,
+    so the answer is the least ``G`` even where float64 ``phi`` is flat over many ``G``
+    (``epsilon = 1e-12``). ``1 - phi = 1/(2G) + (a nonnegative sum)`` gives the analytic lower
     end: every ``G <= 1/(2 epsilon)`` falls short. ``1 / (1 - phi(G))`` is nearly linear in ``G``
     (``8 G p (1-p) + O(1)``), so a secant on it, started at the expansion's second order and kept
     inside a bracket, lands on the answer in a step or two; bisection takes over after twelve
@@ -603,7 +619,7 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
                 f"epsilon={eps!r} needs a group above 2**40 for p={float(pf[i])!r}; "
                 "use a larger epsilon or drop prompts that (almost) never or always succeed"
             )
-        short = _deficit(half[active], g)
+        short = _shortfall(half[active], g, eps)
         ok = short <= eps
         hi[active] = np.where(ok, g, hi[active])
         lo[active] = np.where(ok, lo[active], g)

@@ -233,3 +233,15 @@ def test_small_groups_term_by_term_mpmath(G: int) -> None:
     assert_close(expected_gradient(p, G), exact, rtol=RTOL, atol=1e-322, what=f"G={G}")
     mixed = np.array([G, 64] * (p.size // 2))
     assert_close(expected_gradient(p, mixed)[::2], exact[::2], rtol=RTOL, atol=1e-322, what=f"mixed G={G}")
+
+
+@pytest.mark.parametrize(("p", "G"), [(0.3, 100), (0.03, 777), (0.5, 11)])
+def test_exact_group_size_at_a_tie(p: float, G: int) -> None:
+    """``epsilon`` set to ``1 - phi(G)`` itself (as ``_deficit`` rounds it): ``1 - fl(phi)`` is within
+    rounding of ``epsilon``, so the search asks ``_deficit``, and ``G`` is the answer (``phi(G)``
+    reaches ``1 - epsilon`` exactly; ``G - 1`` falls short by the 50-digit sums)."""
+    eps = float(_deficit(np.array([p]), np.array([float(G)]))[0])
+    assert exact_group_size(p, eps) == G
+    with mpmath.workdps(DPS):
+        assert 1 - mp_fidelity(p, G - 1) > mpmath.mpf(eps) * (1 + RTOL)
+        assert abs(1 - mp_fidelity(p, G) - mpmath.mpf(eps)) <= RTOL * eps
