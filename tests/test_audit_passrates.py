@@ -193,3 +193,29 @@ def test_json_and_csv_exclude_each_other(capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["audit", "0.5", "--json", "--csv"])
     assert stop.value.code == 2 and "not allowed with argument --json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["json", "csv"])
+def test_rows_written_to_text_and_byte_streams_agree(kind: str, monkeypatch) -> None:
+    """``write_rows`` writes each chunk's bytes to the stream's byte buffer when it has one, and
+    decoded text otherwise (``io.StringIO``): the same text, chunk separators included."""
+    import io
+
+    import sigma_ref.audit as audit
+
+    monkeypatch.setattr(audit, "CHUNK_ROWS", 3)
+    cols = audit_columns([0.5, 0.0, 1e-5, 0.999999, 0.3, 1.0, 1e-30, 0.25], G=4)
+    text = io.StringIO()
+    audit.write_rows(cols, text, kind)
+    raw = io.BytesIO()
+    wrapper = io.TextIOWrapper(raw, encoding="utf-8")
+    audit.write_rows(cols, wrapper, kind)
+    wrapper.flush()
+    assert raw.getvalue().decode() == text.getvalue()
+    lines = text.getvalue().splitlines()
+    assert len(lines) == 8
+    if kind == "csv":
+        assert lines[1].startswith("0,")
+    else:
+        assert lines[1].endswith("},")
+        assert json.loads("[" + text.getvalue() + "]")[3]["p"] == 0.999999
