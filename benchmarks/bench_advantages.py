@@ -48,7 +48,9 @@ def _time_pair(
     return a, b
 
 
-def _row(work: str, ours: Callable[[], Any], baseline: Callable[[], Any], repeats: int, what: str) -> dict:
+def _row(
+    work: str, ours: Callable[[], Any], baseline: Callable[[], Any], repeats: int, what: str
+) -> dict[str, Any]:
     a, b = _time_pair(ours, baseline, repeats)
     ours_s, base_s = statistics.median(a), statistics.median(b)
     note = (
@@ -65,7 +67,8 @@ def plain_view_formula(r: torch.Tensor, G: int) -> torch.Tensor:
 
 
 def plain_numpy_formula(r: np.ndarray) -> np.ndarray:
-    return (r - r.mean(axis=1, keepdims=True)) / r.std(axis=1, ddof=1, keepdims=True)
+    out: np.ndarray = (r - r.mean(axis=1, keepdims=True)) / r.std(axis=1, ddof=1, keepdims=True)
+    return out
 
 
 def verl_style(scores: torch.Tensor, index: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -80,7 +83,7 @@ def verl_style(scores: torch.Tensor, index: torch.Tensor, eps: float = 1e-6) -> 
     return (scores - mean[inverse]) / (var.clamp(min=0).sqrt()[inverse] + eps)
 
 
-def rows(quick: bool) -> list[dict]:
+def rows(quick: bool) -> list[dict[str, Any]]:
     """The benchmark's rows (see the module docstring)."""
     repeats = 7 if quick else 11
     G = 8
@@ -147,7 +150,7 @@ def rows(quick: bool) -> list[dict]:
     return out
 
 
-def markdown(table: list[dict]) -> str:
+def markdown(table: list[dict[str, Any]]) -> str:
     lines = ["| work | sigma-ref | baseline | ratio | note |", "| --- | --- | --- | --- | --- |"]
     for row in table:
         lines.append(

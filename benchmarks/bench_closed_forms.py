@@ -11,6 +11,7 @@ Every row is the median of ``repeats`` runs (ours and the baseline interleaved),
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -43,7 +44,8 @@ def dense_expected_gradient(p: np.ndarray, G: int) -> np.ndarray:
 
 def dense_fidelity(p: np.ndarray, G: int) -> np.ndarray:
     """The dense sum divided by ``sqrt(p (1 - p))``."""
-    return dense_expected_gradient(p, G) / np.sqrt(p * (1 - p))
+    out: np.ndarray = dense_expected_gradient(p, G) / np.sqrt(p * (1 - p))
+    return out
 
 
 def _time(fn: Callable[[], Any]) -> float:
@@ -104,8 +106,8 @@ def rows(quick: bool) -> list[dict[str, Any]]:
         out.append(
             _row(
                 f"expected_gradient, {n}, G = {G}",
-                lambda G=G: expected_gradient(p, G),
-                lambda G=G: dense_expected_gradient(p, G),
+                functools.partial(expected_gradient, p, G),
+                functools.partial(dense_expected_gradient, p, G),
                 repeats,
                 "baseline: dense sum over k",
             )

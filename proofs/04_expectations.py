@@ -276,3 +276,98 @@ for pr, g in ((0.5, 64), (0.5, 10**6), (0.3, 10**9), (0.01, 5000), (1e-6, 2**40)
     sd = math.sqrt(g * pr * (1 - pr))
     rows.append((pr, g, hi - lo + 1, round((hi - lo + 1) / (2 * math.sqrt(2 * L) * sd), 2)))
 rows
+
+# %% [markdown]
+# ## The fidelity deficit `1 - phi` without subtracting from 1 (`_deficit`, `exact_group_size`)
+#
+# Near `phi = 1` (`epsilon = 1e-12` needs `G ~ 5e11`) float64 `phi` is flat over millions of `G`:
+# `phi(G) - phi(G-1) ~ 1/(2 G^2) ~ 2e-24`, far below an ulp of 1. So `exact_group_size` decides on
+# the deficit, computed with relative precision. With `Y = k(G-k)/(G^2 p q)` (so
+# `sigma/sqrt(pq) = sqrt(Y)`) and `u = 1 - Y`:
+#
+# 1. `1 - sqrt(1-u) = u/2 + (u/(1 + sqrt(1-u)))^2 / 2` (an identity), so
+#    `1 - phi = E[u]/2 + E[(u/(1+sqrt(1-u)))^2]/2` and the second expectation has nonnegative terms;
+# 2. `E[u] = 1/G` exactly (`E[k(G-k)] = G(G-1)pq`, from the moments above);
+# 3. `u = d (d - G(1-2p)) / (G^2 p q)` with `d = k - G p`: computed from `d` (carried exactly
+#    along the walk) instead of `1 - Y`, it has no cancellation near the mode;
+# 4. at `k = 0` and `k = G`, `u = 1` and the weight is `1/2`: those terms give half the silent rate.
+
+# %%
+uu = sp.Symbol("u", real=True)
+root = sp.sqrt(1 - uu)
+assert sp.simplify(1 - root - (uu / 2 + (uu / (1 + root)) ** 2 / 2)) == 0
+for value in (sp.Rational(-7, 3), 0, sp.Rational(1, 3), 1):  # numerically too, u in [1 - 1/(4pq), 1]
+    assert abs(sp.N((1 - root - uu / 2 - (uu / (1 + root)) ** 2 / 2).subs(uu, value), 40)) < 1e-35
+u_of_k = 1 - k * (G - k) / (G**2 * p * q)
+E_u = 1 - (G * E_k - E_k2) / (G**2 * p * q)  # E[k(G-k)] = G E[k] - E[k^2]
+assert sp.simplify(E_u - 1 / G) == 0
+d = k - G * p
+assert sp.simplify(u_of_k - d * (d - G * (1 - 2 * p)) / (G**2 * p * q)) == 0
+assert u_of_k.subs(k, 0) == 1 and sp.simplify(u_of_k.subs(k, G)) == 1
+for g in range(2, 9):  # the whole identity, summed exactly over k, for G = 2..8 at rational p
+    for pr in (sp.Rational(1, 10), sp.Rational(1, 2), sp.Rational(5, 7)):
+        t_j = [sp.binomial(g, j) * pr**j * (1 - pr) ** (g - j) for j in range(g + 1)]
+        u_j = [1 - sp.Rational(j * (g - j), g**2) / (pr * (1 - pr)) for j in range(g + 1)]
+        deficit = sum(tj * (1 - sp.sqrt(1 - uj)) for tj, uj in zip(t_j, u_j, strict=True))
+        second = sum(tj * (uj / (1 + sp.sqrt(1 - uj))) ** 2 for tj, uj in zip(t_j, u_j, strict=True))
+        assert sp.simplify(sum(tj * uj for tj, uj in zip(t_j, u_j, strict=True)) - sp.Rational(1, g)) == 0
+        assert abs(sp.N(deficit - (sp.Rational(1, 2 * g) + second / 2), 50)) < sp.Float(1e-45)
+sp.simplify(E_u)
+
+# %% [markdown]
+# **Window for the deficit.** `0 <= k(G-k) <= G^2/4`, so `Y in [0, 1/(4pq)]`, `|u| <= 1/(4pq)`
+# (as `1/(4pq) >= 1`) and each weight `(u/(1+sqrt(1-u)))^2/2 <= u^2/2 <= 1/(32 p^2 q^2)`. Terms left
+# out of the window are each below `exp(-L) t_a <= exp(-L)` and fewer than `G`, while the deficit is
+# at least `1/(2G)`: the share left out is below `G^2 exp(-L) / (16 p^2 q^2)`. So the deficit's
+# window takes `L = log(1/tail) + 2 log G + 2 log(1/(4pq))`, i.e. the expectation's
+# `L = log(1/tail) + 1.5 log G` plus `0.5 log G - 2 log(4pq)` (the `extra` of `_window`).
+#
+# **The lower end of the search.** The second sum is positive (its `k = 0` term alone is
+# `(1-p)^G/2 > 0`), so `1 - phi(G) > 1/(2G)`: every `G <= 1/(2 epsilon)` falls short, and
+# `exact_group_size` starts its bracket at `floor(1/(2 epsilon))`. At `p = 1/2` the expansion above
+# gives `1 - phi = 1/(2G) + 3/(8 G^2) + O(G^-3)`; at `epsilon = 1e-12` that is `1e-12 + 1.5e-24` at
+# `G = 5e11` and `1e-12 - 0.5e-24` at `G = 5e11 + 1` (the `O(G^-3)` term is ~`1e-35`): the least
+# `G` is `500000000001`, which the oracle returns (in one evaluation: the start is the lower end).
+
+# %%
+Gd = sp.Symbol("G_d", positive=True)
+share_left = Gd * (1 / (32 * p**2 * q**2)) / (1 / (2 * Gd))  # count x largest weight / smallest deficit
+assert sp.simplify(share_left - Gd**2 / (16 * p**2 * q**2)) == 0
+L_tail = sp.Symbol("L_tail", positive=True)  # log(1/tail)
+L_def = L_tail + 2 * sp.log(Gd) + 2 * sp.log(1 / (4 * p * q))
+assert sp.simplify(sp.expand_log(share_left * sp.exp(-L_def), force=True) - sp.exp(-L_tail)) == 0
+extra = L_def - (L_tail + sp.Rational(3, 2) * sp.log(Gd))
+assert sp.simplify(sp.expand_log(extra - (sp.log(Gd) / 2 - 2 * sp.log(4 * p * q)), force=True)) == 0
+assert c1.subs(p, sp.Rational(1, 2)) == -sp.Rational(1, 2)  # at p = 1/2: 1 - phi = 1/(2G) + ...
+assert c2.subs(p, sp.Rational(1, 2)) == -sp.Rational(3, 8)  # ... + 3/(8 G^2) + O(G^-3)
+g0 = 5 * 10**11
+for g, expect_short in ((g0, True), (g0 + 1, False)):
+    two_terms = sp.Rational(1, 2 * g) + sp.Rational(3, 8 * g**2)
+    assert (two_terms > sp.Rational(10**-12)) == expect_short  # epsilon = 1e-12 as the float it is
+    assert abs(two_terms - sp.Rational(10**-12)) > 10**10 * sp.Rational(1, g**3)  # margin >> O(G^-3)
+assert sigma_ref.exact_group_size(0.5, 1e-12) == g0 + 1
+"least G at (1/2, 1e-12): 500000000001"
+
+# %% [markdown]
+# ## Small groups, term by term (`_dense_root`, `G <= 16`)
+#
+# `sum_{k=1}^{G-1} C(G,k) p^k q^(G-k) sqrt(k(G-k)) = q^G sum_k w_k x^k` with `w_k = C(G,k) sqrt(k(G-k))`
+# and the odds `x = p/q`, summed by Horner's rule (positive coefficients, `x <= 1` for `p <= 1/2`:
+# no cancellation). `(1-p)^G = q^G (1 + c/q)^G` for `q = fl(1-p)` and `c = (1-p) - q`, whose
+# first order `1 + G c/q` leaves `binomial(G, 2) (c/q)^2 <= 120 * 2^-104 < 1e-28` (`G <= 16`).
+
+# %%
+xx = sp.Symbol("x", positive=True)
+for g in range(2, 17):
+    w = [sp.binomial(g, j) * sp.sqrt(j * (g - j)) for j in range(g + 1)]
+    horner = w[g - 1]
+    for j in range(g - 2, 0, -1):
+        horner = horner * xx + w[j]
+    horner = horner * xx
+    dense = sum(w[j] * p**j * q ** (g - j) for j in range(1, g))
+    assert sp.cancel(sp.together(q**g * horner.subs(xx, p / q) - dense)) == 0
+    assert sp.expand(horner - sum(w[j] * xx**j for j in range(1, g))) == 0
+eta = sp.Symbol("eta", positive=True)  # c/q
+second = sp.series((1 + eta) ** 16, eta, 0, 3).removeO() - (1 + 16 * eta)
+assert second == 120 * eta**2 and float(120 * sp.Rational(2) ** -104) < 1e-28
+"Horner form of the small-group sum: G = 2..16"

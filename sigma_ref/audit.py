@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -359,7 +359,7 @@ class RolloutAudit:
         return "\n".join(out)
 
 
-def table(head: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
+def table(head: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> list[str]:
     """Lines of a right-aligned text table."""
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
 
@@ -403,8 +403,8 @@ def rollout_audit(
     >>> [(r.G, r.plug_in, round(r.subsampled, 4), r.observed) for r in audit.silent]
     [(4, 0.5625, 0.5, 0.5), (2, 0.75, 0.6667, None)]
     """
+    from .difficulty import Method, mass_weight
     from .difficulty import exact_group_size as _exact
-    from .difficulty import mass_weight
     from .rollouts import subsampled_silent_rate
 
     if not 0 < extreme < 0.5:
@@ -435,7 +435,8 @@ def rollout_audit(
         rows.append(row)
     edge = np.minimum(values, 1 - values) <= extreme
     shares: dict[str, float | None] = {}
-    for method, label in (("dr_grpo", "Dr. GRPO"), ("grpo", "GRPO")):
+    methods: tuple[tuple[Method, str], ...] = (("dr_grpo", "Dr. GRPO"), ("grpo", "GRPO"))
+    for method, label in methods:
         shares[f"{label} (large G)"] = _weighted_share(np.asarray(mass_weight(values, method)), counts, edge)
         if logged and logged >= 2:
             weights = np.asarray(mass_weight(values, method, logged))
@@ -451,7 +452,12 @@ def rollout_audit(
         order = np.argsort(least, kind="stable")
         cumulative = np.cumsum(weights[order]) / weights.sum()
 
-        def quantile(q: float, least=least, order=order, cumulative=cumulative) -> int:
+        def quantile(
+            q: float,
+            least: np.ndarray = least,
+            order: np.ndarray = order,
+            cumulative: np.ndarray = cumulative,
+        ) -> int:
             return int(least[order][np.searchsorted(cumulative, q)])
 
         reached = float(weights[least <= logged].sum() / weights.sum()) if logged else None
@@ -539,14 +545,15 @@ def _parse_chunk(chunk: bytes) -> np.ndarray:
         return np.array(tokens, dtype=np.float64)
     try:
         text = pa.array(tokens, type=pa.binary()).cast(pa.string())
-        return pc.cast(text, pa.float64()).to_numpy()
+        values: np.ndarray = pc.cast(text, pa.float64()).to_numpy()
+        return values
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ValueError(str(exc)) from None
 
 
 def _bad_tokens(data: bytes, source: str) -> str:
     """The error message listing every bad token with its line (the slow path, errors only)."""
-    bad = []
+    bad: list[str] = []
     count = 0
     for number, line in enumerate(data.split(b"\n"), start=1):
         for token in line.split(b"#", 1)[0].replace(b",", b" ").split():
@@ -637,7 +644,7 @@ def audit_summary(cols: AuditColumns, G: int, epsilon: float) -> list[str]:
     return lines
 
 
-def _strings(cols: AuditColumns, lo: int, hi: int, *, table_text: bool) -> dict[str, list[str]] | dict:
+def _strings(cols: AuditColumns, lo: int, hi: int, *, table_text: bool) -> dict[str, Any]:
     """The row cells of rows ``lo:hi`` as pyarrow string arrays (JSON/CSV cells or table cells)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -675,6 +682,33 @@ def _strings(cols: AuditColumns, lo: int, hi: int, *, table_text: bool) -> dict[
     }
 
 
+def _joined(lines: Any, end: bytes) -> memoryview:
+    """The UTF-8 bytes of every string of the pyarrow array ``lines``, each followed by ``end``: the
+    array's own data buffer after one vectorised join (no Python string per row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ended = pc.binary_join_element_wise(lines, pa.scalar(""), end.decode())
+    if isinstance(ended, pa.ChunkedArray):
+        ended = ended.combine_chunks()
+    offsets_type = np.int64 if pa.types.is_large_string(ended.type) else np.int32
+    _, offsets_buffer, data = ended.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=offsets_type)[ended.offset : ended.offset + len(ended) + 1]
+    if data is None:  # every string empty
+        return memoryview(b"")
+    return memoryview(data)[int(offsets[0]) : int(offsets[-1])]
+
+
+def _write_text(out: Any, data: bytes | memoryview) -> None:
+    """Write UTF-8 ``data`` to the text stream ``out``: to its byte buffer when it has one."""
+    raw = getattr(out, "buffer", None)
+    if raw is None:
+        out.write(bytes(data).decode())
+        return
+    out.flush()
+    raw.write(data)
+
+
 def write_rows(cols: AuditColumns, out: Any, kind: str, widths: tuple[int, ...] = ()) -> None:
     """Write every row to ``out`` in chunks of ``CHUNK_ROWS``, formatted vectorised (pyarrow).
 
@@ -704,11 +738,12 @@ def write_rows(cols: AuditColumns, out: Any, kind: str, widths: tuple[int, ...] 
                 '"}',
                 "",
             )
-            text = ",\n".join(lines.to_pylist())
-            out.write(text if lo == 0 else ",\n" + text)
+            if lo:
+                _write_text(out, b",\n")
+            _write_text(out, _joined(lines, b",\n")[:-2])
         elif kind == "csv":
             cells = [pc.fill_null(s[c], "") for c in ("p", "silent", "closed", "exact", "status")]
-            out.write("\n".join(pc.binary_join_element_wise(*cells, ",").to_pylist()) + "\n")
+            _write_text(out, _joined(pc.binary_join_element_wise(*cells, ","), b"\n"))
         else:
             cells = [
                 pc.utf8_lpad(s[c], w)

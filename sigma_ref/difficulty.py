@@ -34,6 +34,7 @@ All functions take a number, a sequence, a numpy array or a torch tensor for ``p
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, Literal
 
 import mpmath
@@ -61,6 +62,7 @@ _TAIL = 1e-17  # bound on the relative share of E[sqrt(k (G - k))] left outside 
 _SEGMENT = 128  # terms walked by the exact ratio from one saddle-point anchor
 _GROUP = 1 << 22  # window cells evaluated at once: lanes (runs) of up to _SEGMENT terms, walked together
 _MAX_G = 2**40
+_DENSE_MAX = 16  # up to this G, E[sqrt(k (G-k))] is summed term by term (_dense_root): faster, as exact
 
 
 def _stirlerr_table() -> np.ndarray:
@@ -110,7 +112,7 @@ def _bd0(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
         ratio = x / mean
         # a subnormal mean (p below ~1e-300) overflows the ratio: take the difference of logs
         log_ratio = np.where(np.isfinite(ratio), np.log(ratio), np.log(x) - np.log(mean))
-        out = x * log_ratio + mean - x
+        out: np.ndarray = x * log_ratio + mean - x
     if near.any():
         dn, sn, xn = d[near], s[near], x[near]
         v = dn / sn
@@ -152,7 +154,8 @@ def _binom_pmf(k: np.ndarray, G: np.ndarray, p: np.ndarray, q: np.ndarray, c: np
 
 def _bennett(u: np.ndarray) -> np.ndarray:
     """Bennett's function ``h(u) = (1 + u) log(1 + u) - u`` for ``u > -1``."""
-    return (1 + u) * np.log1p(u) - u
+    out: np.ndarray = (1 + u) * np.log1p(u) - u
+    return out
 
 
 def _reach(L: np.ndarray, c: np.ndarray, d: np.ndarray, limit: np.ndarray) -> np.ndarray:
@@ -178,10 +181,13 @@ def _reach(L: np.ndarray, c: np.ndarray, d: np.ndarray, limit: np.ndarray) -> np
         todo = todo[step > 1]  # a smaller step moves the reach by at most one term
         if todo.size == 0:
             break
-    return np.minimum(np.ceil(s), limit)
+    out: np.ndarray = np.minimum(np.ceil(s), limit)
+    return out
 
 
-def _window(p: np.ndarray, q: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _window(
+    p: np.ndarray, q: np.ndarray, G: np.ndarray, extra: np.ndarray | float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """``[lo, hi]`` outside which the terms of ``sum_k C(G,k) p^k q^(G-k) sqrt(k (G-k))`` (``p <= 1/2``)
     add up to less than ``_TAIL`` of the sum (derivation: ``proofs/04_expectations.py``).
 
@@ -192,6 +198,7 @@ def _window(p: np.ndarray, q: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np
     below ``exp(-L) t_a``; there are fewer than ``G`` of them, each weight ``sqrt(k (G-k)) <= G/2``,
     and the sum is at least ``t_a sqrt(a (G - a)) >= t_a sqrt(G - 1)``, so the share left out is
     below ``G**1.5 exp(-L) / 2``: ``L = log(1/_TAIL) + 1.5 log G`` makes it ``< _TAIL / 2``.
+    ``extra`` (per prompt) is added to ``L``: the fidelity deficit's window (``_deficit``) needs more.
     """
     lo, hi = np.ones_like(G), G - 1  # small groups: every term (cheaper than the bound)
     big = np.flatnonzero(G > _SEGMENT // 2)
@@ -200,32 +207,40 @@ def _window(p: np.ndarray, q: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np
         a = np.clip(np.floor((Gb + 1) * p), 1, Gb - 1)
         a = np.where(((Gb - a) * p > (a + 1) * q) & (a < Gb - 1), a + 1, a)  # the float mode, made exact
         a = np.where((a * q > (Gb - a + 1) * p) & (a > 1), a - 1, a)
-        L = math.log(1 / _TAIL) + 1.5 * np.log(Gb)
+        L = math.log(1 / _TAIL) + 1.5 * np.log(Gb) + (extra[big] if isinstance(extra, np.ndarray) else extra)
         lo[big] = a - _reach(L, Gb - a + 1, a, a - 1)
         hi[big] = a + _reach(L, a + 1, Gb - a, Gb - 1 - a)
     return lo, hi
 
 
 def _walk(
-    k0: np.ndarray, length: np.ndarray, G: np.ndarray, odds: np.ndarray, anchor: np.ndarray
+    k0: np.ndarray,
+    length: np.ndarray,
+    G: np.ndarray,
+    odds: np.ndarray,
+    anchor: np.ndarray,
+    deficit: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """``sum_{i < length} t_{k0+i} sqrt((k0+i) (G-k0-i))`` per lane: ``t_{k0}`` is the saddle-point
-    pmf ``anchor``, then the exact ratio ``t_{k+1} / t_k = (G - k) / (k + 1) * p / (1 - p)`` (three
-    roundings a step: relative error below ``3 max(length)`` ulps). A loop over the steps (at
-    most ``_SEGMENT``), each a few vector ops over the lanes still running."""
+    """``sum_{i < length} t_{k0+i} w(k0+i)`` per lane: ``t_{k0}`` is the saddle-point pmf ``anchor``,
+    then the exact ratio ``t_{k+1} / t_k = (G - k) / (k + 1) * p / (1 - p)`` (three roundings a step:
+    relative error below ``3 max(length)`` ulps). The weight ``w(k)`` is ``sqrt(k (G-k))``, or with
+    ``deficit = (d0, gr, inv)`` (``d0 = k0 - G p``, ``gr = G (1 - 2p)``, ``inv = 1 / (G**2 p (1-p))``)
+    ``(u / (1 + sqrt(1 - u)))**2`` with ``u = d (d - gr) inv = 1 - k (G-k) / (G**2 p (1-p))`` (no
+    cancellation: ``d = k - G p`` is carried exactly from ``d0``). A loop over the steps (at most
+    ``_SEGMENT``), each a few vector ops over the lanes still running."""
     steps = int(length.max())
-    if k0.min() == k0.max() and G.min() == G.max() and length.min() == steps:
+    if deficit is None and k0.min() == k0.max() and G.min() == G.max() and length.min() == steps:
         # the same k and G in every lane (small groups: the whole range): the weight and the
         # binomial part of the ratio are scalars, rounded once each (same error budget)
         term, total, tmp = anchor.copy(), np.zeros_like(k0), np.empty_like(k0)
-        k, g = float(k0[0]), float(G[0])
+        kf, g = float(k0[0]), float(G[0])
         with np.errstate(under="ignore"):
             for i in range(steps):
                 if i:
                     term *= odds
-                    term *= (g - k) / (k + 1)
-                    k += 1
-                np.multiply(term, math.sqrt(k * (g - k)), out=tmp)
+                    term *= (g - kf) / (kf + 1)
+                    kf += 1
+                np.multiply(term, math.sqrt(kf * (g - kf)), out=tmp)
                 total += tmp
         return total
     # longest lanes first: step i touches only the first n_i lanes (those longer than i)
@@ -236,6 +251,9 @@ def _walk(
     rest = G[order] - k
     lane_odds, term = odds[order], anchor[order]
     total, tmp = np.zeros_like(k), np.empty_like(k)
+    if deficit is not None:
+        d, gr, inv = (x[order] for x in deficit)
+        tmp2 = np.empty_like(k)
     with np.errstate(under="ignore"):
         for i in range(steps):
             n = int(running[i])
@@ -246,8 +264,21 @@ def _walk(
                 rn -= 1
                 np.divide(wn, kn, out=wn)
                 tn *= wn
-            np.multiply(kn, rn, out=wn)
-            np.sqrt(wn, out=wn)
+            if deficit is None:
+                np.multiply(kn, rn, out=wn)
+                np.sqrt(wn, out=wn)
+            else:
+                dn, vn = d[:n], tmp2[:n]
+                if i:
+                    dn += 1
+                np.subtract(dn, gr[:n], out=wn)
+                wn *= dn
+                wn *= inv[:n]  # u
+                np.subtract(1.0, wn, out=vn)
+                np.sqrt(vn, out=vn)
+                vn += 1.0
+                np.divide(wn, vn, out=wn)  # 1 - sqrt(1 - u), without cancellation
+                wn *= wn
             wn *= tn
             total[:n] += wn
     out = np.empty_like(total)
@@ -255,30 +286,46 @@ def _walk(
     return out
 
 
-def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
-    """``E[sqrt(k (G - k))]`` for ``k ~ Binomial(G, p)``, elementwise over 1-D ``p``, ``G``.
+def _minus_product(k: np.ndarray, G: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``k - G p`` for integer-valued ``k, G < 2**41``, with error a few ulps of the result (not of ``G p``).
 
-    Symmetric in ``p <-> 1 - p`` (``k -> G - k``), so only ``p <= 1/2`` is summed (``1 - p`` is exact
-    for ``p >= 1/2``). Each prompt's window (``_window``, ``O(sqrt(G p (1-p)) + log G)`` terms)
+    ``G = G_hi + G_lo`` (``G_hi`` a multiple of ``2**20``: at most 21 significant bits) and Veltkamp's
+    split ``p = p_hi + p_lo`` (26 bits each) make the four partial products exact."""
+    G_hi = np.floor(G / 2.0**20) * 2.0**20
+    G_lo = G - G_hi
+    t = p * (2.0**27 + 1)
+    p_hi = t - (t - p)
+    p_lo = p - p_hi
+    out: np.ndarray = (((k - G_hi * p_hi) - G_hi * p_lo) - G_lo * p_hi) - G_lo * p_lo
+    return out
+
+
+def _window_sum(pl: np.ndarray, Gl: np.ndarray, deficit: bool) -> np.ndarray:
+    """``sum_k t_k w(k)`` over the window, ``0 < pl <= 1/2``: ``w = sqrt(k (G-k))``, or the deficit's
+    weight (``_walk``). Each prompt's window (``_window``, ``O(sqrt(G p (1-p)) + log G)`` terms)
     is cut into runs of at most ``_SEGMENT`` terms, each anchored by the saddle-point pmf and
     walked by the exact ratio; prompts are sorted by window width and processed in cache-sized
-    chunks of runs.
-    """
-    out = np.zeros_like(p)
-    live = (p > 0) & (p < 1)
-    idx = np.flatnonzero(live) if not live.all() else slice(None)
-    Gl, pl = G[idx], p[idx]
-    if pl.size == 0:
-        return out
-    pl = np.minimum(pl, 1.0 - pl)
+    chunks of runs."""
     q = 1.0 - pl
     c = (1.0 - q) - pl  # (1 - p) - q, exactly
     odds = pl / q / (1 + c / q)
-    lo, hi = _window(pl, q, Gl)
+    if deficit:
+        var = pl * q + pl * c  # p (1 - p), rounded once or twice
+        extra = 0.5 * np.log(Gl) - 2 * np.log(4 * var)
+        lo, hi = _window(pl, q, Gl, extra)
+        gr = Gl * (1.0 - 2 * pl)  # G (1 - 2p): 2p exact, two roundings
+        inv = 1.0 / (Gl * Gl * var)
+    else:
+        lo, hi = _window(pl, q, Gl)
     width = (hi - lo + 1).astype(np.int64)
+
+    def lanes(r: np.ndarray, k0: np.ndarray, length: np.ndarray) -> np.ndarray:
+        anchors = _binom_pmf(k0, Gl[r], pl[r], q[r], c[r])  # the group's saddle points in one pass
+        extra_lanes = (_minus_product(k0, Gl[r], pl[r]), gr[r], inv[r]) if deficit else None
+        return _walk(k0, length, Gl[r], odds[r], anchors, extra_lanes)
+
     if width.max() <= _SEGMENT:  # one run per prompt: no grouping needed
-        out[idx] = _walk(lo, width, Gl, odds, _binom_pmf(lo, Gl, pl, q, c))
-        return out
+        return lanes(np.arange(pl.size), lo, width)
     order = np.argsort(width, kind="stable")
     sorted_width = width[order]
     totals = np.zeros(pl.size)
@@ -298,13 +345,90 @@ def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
         keep = length > 0
         local, offset, length = local[keep], offset[keep], length[keep]
         r = rows[local]
-        k0 = lo[r] + offset
-        anchors = _binom_pmf(k0, Gl[r], pl[r], q[r], c[r])  # the group's saddle points in one pass
-        lane_sums = _walk(k0, length, Gl[r], odds[r], anchors)
+        lane_sums = lanes(r, lo[r] + offset, length)
         starts = np.r_[0, np.flatnonzero(np.diff(local)) + 1]  # each prompt's lanes are adjacent
         totals[rows] = np.add.reduceat(lane_sums, starts)  # pairwise within a prompt
         start = end
-    out[idx] = totals
+    return totals
+
+
+def _dense_root(p: np.ndarray, G: int) -> np.ndarray:
+    """``sum_{k=1}^{G-1} C(G,k) p^k (1-p)^(G-k) sqrt(k (G-k))`` term by term, for one small ``G``
+    (``<= _DENSE_MAX``) and ``0 < p <= 1/2``.
+
+    ``= (1-p)^G sum_k w_k x^k`` with ``w_k = C(G,k) sqrt(k (G-k))`` (one rounded scalar each) and the
+    odds ``x = p / (1-p) <= 1``, summed by Horner's rule: every coefficient and ``x`` are positive,
+    so there is no cancellation and the sum is within ``2 G`` ulps, ``x``'s three roundings add
+    ``3 G`` more through ``x^k``. ``(1-p)^G = q^G (1 + c/q)^G`` with ``q = fl(1-p)`` and the exact
+    residual ``c = (1-p) - q`` is ``q^G (1 + G c/q)`` to first order (``|G c/q| <= G 2**-52``: the
+    second order is below ``1e-28``), and ``x = p / q / (1 + c/q)``. In all, ``(6 G + 8)`` ulps:
+    ``2e-14`` at ``G = 16``. About ``2 G`` in-place vector operations over ``p``, cheaper than the
+    window's saddle-point anchors for ``G <= _DENSE_MAX``."""
+    q = 1.0 - p
+    tilt = (1.0 - q) - p
+    tilt /= q
+    x = p / q
+    x /= 1.0 + tilt
+    total = np.full_like(p, math.comb(G, G - 1) * math.sqrt(G - 1))
+    with np.errstate(under="ignore"):
+        for k in range(G - 2, 0, -1):
+            total *= x
+            total += math.comb(G, k) * math.sqrt(k * (G - k))
+        total *= x
+        scale = q**G
+        tilt *= G
+        tilt += 1.0
+        scale *= tilt
+        total *= scale
+    return total
+
+
+def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``E[sqrt(k (G - k))]`` for ``k ~ Binomial(G, p)``, elementwise over 1-D ``p``, ``G``.
+
+    Symmetric in ``p <-> 1 - p`` (``k -> G - k``), so only ``p <= 1/2`` is summed (``1 - p`` is exact
+    for ``p >= 1/2``): term by term for ``G <= _DENSE_MAX`` (``_dense_root``), else by
+    ``_window_sum``.
+    """
+    out = np.zeros_like(p)
+    live = (p > 0) & (p < 1)
+    idx = np.flatnonzero(live) if not live.all() else slice(None)
+    if p[idx].size:
+        pl, Gl = p[idx], G[idx]
+        pl = np.minimum(pl, 1.0 - pl)
+        small = Gl <= _DENSE_MAX
+        if small.all() and Gl.min() == Gl.max():
+            out[idx] = _dense_root(pl, int(Gl[0]))
+            return out
+        values = np.empty_like(pl)
+        for g in np.unique(Gl[small]).tolist():
+            rows = np.flatnonzero(Gl == g)
+            values[rows] = _dense_root(pl[rows], int(g))
+        big = np.flatnonzero(~small)
+        if big.size:
+            values[big] = _window_sum(pl[big], Gl[big], deficit=False)
+        out[idx] = values
+    return out
+
+
+def _deficit(p: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``1 - fidelity(p, G)`` to about ``1e-13`` relative, however small (no subtraction from 1).
+
+    With ``Y = k (G-k) / (G**2 p (1-p))`` and ``u = 1 - Y``: ``phi = E[sqrt(Y)]``, ``E[u] = 1/G``
+    exactly, and ``1 - sqrt(1 - u) = u/2 + (u / (1 + sqrt(1 - u)))**2 / 2``, so
+    ``1 - phi = 1/(2G) + E[(u / (1 + sqrt(1 - u)))**2] / 2``: every term is nonnegative
+    (derivation: ``proofs/04_expectations.py``). The ``k = 0, G`` terms (``u = 1``) give
+    ``silent_group_rate / 2``; the rest is ``_window_sum`` with a window widened so that what it
+    leaves out is below ``_TAIL`` of ``1/(2G) <= 1 - phi``. ``1`` at ``p in {0, 1}``.
+    """
+    out = np.ones_like(p)
+    live = (p > 0) & (p < 1)
+    idx = np.flatnonzero(live) if not live.all() else slice(None)
+    if p[idx].size:
+        pl, Gl = p[idx], G[idx]
+        pl = np.minimum(pl, 1.0 - pl)
+        silent = pl**Gl + _one_minus_pow(pl, Gl)
+        out[idx] = 1 / (2 * Gl) + (silent + _window_sum(pl, Gl, deficit=True)) / 2
     return out
 
 
@@ -322,10 +446,11 @@ def _p_and_G(p: Any, G: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], _
     return pb.reshape(-1), Gb.reshape(-1), pb.shape, back
 
 
-def _check_method(method: Any) -> str:
+def _check_method(method: Any) -> Method:
     if method not in _METHODS:
         raise ValueError(f"method={method!r} must be one of {_METHODS}")
-    return method
+    checked: Method = method
+    return checked
 
 
 def _one_minus_pow(p: np.ndarray, G: np.ndarray) -> np.ndarray:
@@ -339,7 +464,8 @@ def _one_minus_pow(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     q = 1.0 - p
     c = (1.0 - q) - p
     ratio = np.divide(c, q, out=np.zeros_like(q), where=q > 0)
-    return q**G * np.exp(G * np.log1p(ratio))
+    out: np.ndarray = q**G * np.exp(G * np.log1p(ratio))
+    return out
 
 
 def silent_group_rate(p: Any, G: Any) -> Any:
@@ -357,8 +483,10 @@ def silent_group_rate(p: Any, G: Any) -> Any:
 
 def _expected(pf: np.ndarray, Gf: np.ndarray, method: str) -> np.ndarray:
     if method == "dr_grpo":
-        return pf * (1 - pf) * (1 - 1 / Gf)
-    return _expected_root(pf, Gf) / Gf
+        out: np.ndarray = pf * (1 - pf) * (1 - 1 / Gf)
+    else:
+        out = _expected_root(pf, Gf) / Gf
+    return out
 
 
 def expected_gradient(p: Any, G: Any, method: Method = "grpo") -> Any:
@@ -436,15 +564,32 @@ def min_group_size(p: Any, epsilon: float = 0.05) -> Any:
     return back(size, integer=True)
 
 
+_SURE = 1e-12  # 1 - fl(phi) is within 1e-13 phi + 2**-53 of 1 - phi: a margin ten times that decides
+
+
+def _shortfall(p: np.ndarray, G: np.ndarray, eps: float) -> np.ndarray:
+    """``1 - phi(p, G)``, good enough to compare with ``eps`` and to aim the next step: ``1 - fl(phi)``
+    (cheaper) where ``eps >= 1e-6`` and it is farther than ``_SURE`` from ``eps``, else ``_deficit``."""
+    if eps < 1e-6:
+        return _deficit(p, G)
+    short = 1.0 - _fidelity(p, G)
+    unsure = np.flatnonzero(np.abs(short - eps) <= _SURE)
+    if unsure.size:
+        short[unsure] = _deficit(p[unsure], G[unsure])
+    return short
+
+
 def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     """Least ``G >= 2`` with ``fidelity(p, G) >= 1 - epsilon``.
 
-    The fidelity increases in ``G``, and ``1 / (1 - phi(G))`` is nearly linear in ``G``
-    (``8 G p (1-p) + O(1)`` by the attenuation law), so a secant on it, started at the closed
-    form's second order and kept inside a bracket ``phi(lo) < 1 - epsilon <= phi(hi)``, lands
-    within a step or two of the answer; bisection takes over after twelve rounds (where the
-    float64 fidelity is flat over many ``G``, as at ``epsilon = 1e-12``). All prompts at once, each
-    distinct ``min(p, 1 - p)`` once (the fidelity is symmetric).
+    Decided on the deficit ``1 - phi(G) <= epsilon``, computed with relative precision however small
+    (``_deficit``) where ``epsilon < 1e-6`` or ``1 - fl(phi)`` is within ``1e-12`` of ``epsilon``,
+    so the answer is the least ``G`` even where float64 ``phi`` is flat over many ``G``
+    (``epsilon = 1e-12``). ``1 - phi = 1/(2G) + (a nonnegative sum)`` gives the analytic lower
+    end: every ``G <= 1/(2 epsilon)`` falls short. ``1 / (1 - phi(G))`` is nearly linear in ``G``
+    (``8 G p (1-p) + O(1)``), so a secant on it, started at the expansion's second order and kept
+    inside a bracket, lands on the answer in a step or two; bisection takes over after twelve
+    rounds. All prompts at once, each distinct ``min(p, 1 - p)`` once (the fidelity is symmetric).
 
     >>> exact_group_size(0.5), exact_group_size(0.03)
     (11, 113)
@@ -454,28 +599,31 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     _arrays.check_probability(p_arr, open_interval=True)
     pf = p_arr.reshape(-1)
     half, inverse = np.unique(np.minimum(pf, 1.0 - pf), return_inverse=True)
-    target = 1 - eps
-    lo = np.ones_like(half)  # fidelity(1) = 0: G = 1 never suffices
+    # 1 - phi(G) >= 1/(2G) > eps for every G < 1/(2 eps), and at G = 1/(2 eps) (an integer) too
+    floor = math.floor(Fraction(1, 2) / Fraction(eps))
+    lo = np.full_like(half, float(max(1, min(floor, _MAX_G))))  # phi(lo) < 1 - eps: known short
     hi = np.full_like(half, np.inf)
     g_last, psi_last = np.full_like(half, np.nan), np.full_like(half, np.nan)
     var = half * (1 - half)
     # start: 1 - phi = y + b y**2 + O(y**3), y = 1/(8 G p q), b = (7 - 16 p q)/2 (proofs/04), solved for y
     y = 2 * eps / (1 + np.sqrt(1 + 2 * (7 - 16 * var) * eps))
-    cand = np.minimum(np.maximum(2.0, np.ceil(1 / (8 * var * y))), _MAX_G)
+    cand = np.minimum(np.maximum(lo + 1, np.ceil(1 / (8 * var * y))), _MAX_G)
     active = np.arange(half.size)
+    if (lo >= _MAX_G).any():
+        cand[:] = _MAX_G + 1  # no group size within reach: reported below
     for round_ in range(200):
         g = cand[active]
-        phi = _fidelity(half[active], g)
-        ok = phi >= target
-        hi[active] = np.where(ok, g, hi[active])
-        lo[active] = np.where(ok, lo[active], g)
-        if (lo[active] >= _MAX_G).any():
-            i = np.flatnonzero(inverse == active[np.argmax(lo[active] >= _MAX_G)])[0]
+        if (g > _MAX_G).any():
+            i = np.flatnonzero(inverse == active[np.argmax(g > _MAX_G)])[0]
             raise ValueError(
                 f"epsilon={eps!r} needs a group above 2**40 for p={float(pf[i])!r}; "
                 "use a larger epsilon or drop prompts that (almost) never or always succeed"
             )
-        psi = 1 / (1 - phi)
+        short = _shortfall(half[active], g, eps)
+        ok = short <= eps
+        hi[active] = np.where(ok, g, hi[active])
+        lo[active] = np.where(ok, lo[active], g)
+        psi = 1 / short
         with np.errstate(divide="ignore", invalid="ignore"):
             slope = (psi - psi_last[active]) / (g - g_last[active])
             law = 8 * var[active]  # d/dG of 1 / (1 - attenuation)
@@ -492,7 +640,8 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
             step = np.where(np.isinf(above) & (raw <= below), 2 * below, step)  # no upper end yet
         else:
             step = np.where(np.isinf(above), 2 * below, np.floor((below + above) / 2))
-        cand[active] = np.minimum(step, _MAX_G)
+        # a step past 2**40 with no upper end yet: try 2**40 itself once, then report
+        cand[active] = np.where(step > _MAX_G, np.where(below < _MAX_G, _MAX_G, _MAX_G + 1), step)
     sizes = np.maximum(hi, 2.0)[inverse]
     return back(sizes.reshape(p_arr.shape), integer=True)
 

@@ -23,7 +23,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
     return code, captured.out, captured.err
 
 
-def test_comments_bom_and_separators(tmp_path: Path, capsys) -> None:
+def test_comments_bom_and_separators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A UTF-8 BOM is skipped, ``#`` comments and blank lines ignored; spaces, commas, lines separate."""
     path = tmp_path / "rates.txt"
     path.write_bytes("\ufeff# pass rates of run 7\n0.5 0.3,0.15\n\n0.08 # hard\n0.03\n".encode())
@@ -36,7 +36,7 @@ def test_comma_separates_two_rates() -> None:
     assert parse_pass_rates(b"0,1").tolist() == [0.0, 1.0]
 
 
-def test_every_bad_line_listed_with_file_and_line(tmp_path: Path, capsys) -> None:
+def test_every_bad_line_listed_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Non-numbers and out-of-range rates: one exit status (2), each listed as file:line."""
     path = tmp_path / "rates.txt"
     path.write_text("0.5\nabc\n1.5 0.2\n-0.1\n# 7 ignored\nnan\n")
@@ -52,7 +52,7 @@ def test_every_bad_line_listed_with_file_and_line(tmp_path: Path, capsys) -> Non
         assert f"{path}:{line}: {token!r} ({why}" in err
 
 
-def test_bad_lines_are_capped(tmp_path: Path, capsys) -> None:
+def test_bad_lines_are_capped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "rates.txt"
     path.write_text("2\n" * (MAX_BAD_LINES + 5))
     code, _, err = _run(["audit", "--file", str(path)], capsys)
@@ -70,7 +70,9 @@ def test_bad_lines_are_capped(tmp_path: Path, capsys) -> None:
         (["audit", "0.5", "--top", "0"], "--top 0: show at least one row"),
     ],
 )
-def test_file_errors_exit_2(argv, needle, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_file_errors_exit_2(
+    argv, needle, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "DIR").mkdir()
     (tmp_path / "EMPTY").write_text("# nothing\n")
     monkeypatch.chdir(tmp_path)
@@ -91,7 +93,7 @@ def test_closed_stdin_in_a_shell() -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr and "holds no pass rates" in done.stderr
 
 
-def test_enough_digits_and_extreme_rates(capsys) -> None:
+def test_enough_digits_and_extreme_rates(capsys: pytest.CaptureFixture[str]) -> None:
     """0.999999 prints as itself; a rate needing G beyond 2**40 is reported, not an abort; 0 is never."""
     code, out, _ = _run(["audit", "0.999999", "1e-30", "0", "--G", "8"], capsys)
     assert code == 0
@@ -102,7 +104,7 @@ def test_enough_digits_and_extreme_rates(capsys) -> None:
     assert corpus_audit([1e-30]).rows[0].exact_group_size is None
 
 
-def test_large_input_summary_and_top(tmp_path: Path, capsys) -> None:
+def test_large_input_summary_and_top(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Above ``--top`` rows: a summary and the worst rows with 0 < p < 1, by position in the input."""
     rates = np.r_[np.linspace(0.01, 0.99, 50), 0.0, 1.0]
     path = tmp_path / "rates.txt"
@@ -117,7 +119,9 @@ def test_large_input_summary_and_top(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("flag", ["--json", "--csv", "--all"])
-def test_streamed_outputs_equal_the_audit(flag: str, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_streamed_outputs_equal_the_audit(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--json``, ``--csv`` and ``--all`` write every row (in chunks) with the audit's values."""
     import sigma_ref.audit as audit
 
@@ -189,7 +193,33 @@ def test_chunked_parse_equals_whole(monkeypatch) -> None:
         parse_pass_rates(b"0.5\n\xff1\n")
 
 
-def test_json_and_csv_exclude_each_other(capsys) -> None:
+def test_json_and_csv_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["audit", "0.5", "--json", "--csv"])
     assert stop.value.code == 2 and "not allowed with argument --json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["json", "csv"])
+def test_rows_written_to_text_and_byte_streams_agree(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``write_rows`` writes each chunk's bytes to the stream's byte buffer when it has one, and
+    decoded text otherwise (``io.StringIO``): the same text, chunk separators included."""
+    import io
+
+    import sigma_ref.audit as audit
+
+    monkeypatch.setattr(audit, "CHUNK_ROWS", 3)
+    cols = audit_columns([0.5, 0.0, 1e-5, 0.999999, 0.3, 1.0, 1e-30, 0.25], G=4)
+    text = io.StringIO()
+    audit.write_rows(cols, text, kind)
+    raw = io.BytesIO()
+    wrapper = io.TextIOWrapper(raw, encoding="utf-8")
+    audit.write_rows(cols, wrapper, kind)
+    wrapper.flush()
+    assert raw.getvalue().decode() == text.getvalue()
+    lines = text.getvalue().splitlines()
+    assert len(lines) == 8
+    if kind == "csv":
+        assert lines[1].startswith("0,")
+    else:
+        assert lines[1].endswith("},")
+        assert json.loads("[" + text.getvalue() + "]")[3]["p"] == 0.999999

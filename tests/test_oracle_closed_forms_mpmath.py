@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from fractions import Fraction
 
 import mpmath
 import numpy as np
 import pytest
 
 from sigma_ref import exact_group_size, expected_gradient, fidelity, silent_group_rate
-from sigma_ref.difficulty import _TAIL, _window
+from sigma_ref.difficulty import _DENSE_MAX, _TAIL, _deficit, _window
 from tests.helpers import assert_close, windowed_expected_sigma
 
 RTOL = 1e-13  # the precision sigma_ref.difficulty documents
@@ -178,3 +179,69 @@ def test_import_leaves_mpmath_precision_alone() -> None:
     code = "import mpmath, sigma_ref; print(mpmath.mp.dps)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "15", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(("p", "G"), CASES, ids=lambda v: f"{v:g}")
+def test_deficit_mpmath(p: float, G: int) -> None:
+    """``1 - phi`` (``_deficit``) to ``1e-13`` relative of the 50-digit ``1 - phi``, however small it is
+    (``5e-6`` at ``p = 0.5, G = 10**5``: subtracting float ``phi`` from 1 kept only ~1e-10 of it)."""
+    with mpmath.workdps(DPS):
+        exact = float(1 - mp_fidelity(p, G))
+    got = _deficit(np.array([p]), np.array([float(G)]))[0]
+    assert_close(got, exact, rtol=RTOL, what=f"1 - fidelity({p!r}, {G})")
+
+
+def _least_G_by_deficit(p: float, eps: float, G: int) -> None:
+    """``1 - phi(G) <= eps < 1 - phi(G - 1)`` with the 50-digit fidelity, each side decided by a
+    margin above ``1e-13`` relative (``eps`` the float it is)."""
+    with mpmath.workdps(DPS):
+        target = mpmath.mpf(eps)
+        for g, reaches in ((G, True), (G - 1, False)):
+            short = 1 - mp_fidelity(p, g)
+            assert abs(short - target) > RTOL * target, (p, eps, g)  # decidable
+            assert (short <= target) == reaches, (p, eps, g, float(short))
+
+
+@pytest.mark.parametrize(("p", "eps"), [(0.3, 1e-7), (0.01, 1e-6)])
+def test_exact_group_size_small_epsilon_mpmath(p: float, eps: float) -> None:
+    """At ``G ~ 10**7`` neighbouring fidelities differ by ~``1e-14``, a few ulps of float64 ``phi``:
+    the answer is still the least ``G`` by 50-digit sums (about 30,000 terms each)."""
+    _least_G_by_deficit(p, eps, exact_group_size(p, eps))
+
+
+def test_exact_group_size_epsilon_1e_12() -> None:
+    """``(1/2, 1e-12)``: ``1 - phi = 1/(2G) + 3/(8 G^2) + O(G^-3)`` (``proofs/04_expectations.py``) is
+    ``1e-12 + 1.5e-24`` at ``5e11`` and ``1e-12 - 0.5e-24`` at ``5e11 + 1`` (the ``O(G^-3)`` term is
+    ~``1e-35``), so the least ``G`` is ``500000000001``; the float fidelity's search returned
+    ``499983398519``. Also the mirror ``p`` and a vector of both."""
+    least = 5 * 10**11 + 1
+    for g, short in ((least - 1, True), (least, False)):
+        two_terms = Fraction(1, 2 * g) + Fraction(3, 8 * g * g)
+        assert (two_terms > Fraction(1e-12)) == short
+        assert abs(two_terms - Fraction(1e-12)) > Fraction(10**10, g**3)
+    assert exact_group_size(0.5, 1e-12) == least
+    assert exact_group_size([0.5, 0.5], 1e-12).tolist() == [least, least]
+
+
+@pytest.mark.parametrize("G", range(2, _DENSE_MAX + 2))
+def test_small_groups_term_by_term_mpmath(G: int) -> None:
+    """``G <= _DENSE_MAX`` is summed term by term (Horner in the odds), ``_DENSE_MAX + 1`` by the
+    window: both to ``1e-13`` of the 50-digit sum from a subnormal ``p`` to ``1 - 1e-12``, in one
+    call with mixed ``G`` too."""
+    p = np.array([5e-320, 1e-300, 1e-12, 1e-6, 0.03, 0.3, 0.5, 0.7, 1 - 1e-9, 1 - 1e-12])
+    exact = np.array([float(mp_expected(float(pi), G)) for pi in p])
+    assert_close(expected_gradient(p, G), exact, rtol=RTOL, atol=1e-322, what=f"G={G}")
+    mixed = np.array([G, 64] * (p.size // 2))
+    assert_close(expected_gradient(p, mixed)[::2], exact[::2], rtol=RTOL, atol=1e-322, what=f"mixed G={G}")
+
+
+@pytest.mark.parametrize(("p", "G"), [(0.3, 100), (0.03, 777), (0.5, 11)])
+def test_exact_group_size_at_a_tie(p: float, G: int) -> None:
+    """``epsilon`` set to ``1 - phi(G)`` itself (as ``_deficit`` rounds it): ``1 - fl(phi)`` is within
+    rounding of ``epsilon``, so the search asks ``_deficit``, and ``G`` is the answer (``phi(G)``
+    reaches ``1 - epsilon`` exactly; ``G - 1`` falls short by the 50-digit sums)."""
+    eps = float(_deficit(np.array([p]), np.array([float(G)]))[0])
+    assert exact_group_size(p, eps) == G
+    with mpmath.workdps(DPS):
+        assert 1 - mp_fidelity(p, G - 1) > mpmath.mpf(eps) * (1 + RTOL)
+        assert abs(1 - mp_fidelity(p, G) - mpmath.mpf(eps)) <= RTOL * eps
