@@ -305,7 +305,7 @@ def _objective(results: list[dict[str, Any]], adapter: Adapter, note: str | None
         return ""
     text = clip["message"]
     if text.startswith("PPO surrogate at ratios") and ": " in text:
-        return "ppo " + text.partition(": ")[2].replace("clip range", "clip")
+        return "ppo " + str(text).partition(": ")[2].replace("clip range", "clip")
     return "not a PPO clip [detected]"
 
 
@@ -520,7 +520,8 @@ def run_matrix(
                 adapter, max_examples=max_examples, seed=seed, threads=threads, names=names
             )
             det = ctx.detection
-            scale_text, scale_results = "", []
+            scale_text: str = ""
+            scale_results: list[Any] = []
             spec = at_scale.get(mode)
             if scaleout and spec is not None:
                 if spec not in scaled:
@@ -566,7 +567,7 @@ def _matrix(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_matrix(sub: argparse._SubParsersAction) -> None:
+def add_matrix(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``sigma-ref matrix``."""
     p = sub.add_parser(
         "matrix",

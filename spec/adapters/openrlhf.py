@@ -172,7 +172,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     scope: dict[str, Any] = {"argparse": argparse, "os": os, "datetime": datetime, "__name__": "__main__"}
     exec(compile(ast.Module(body=main.body[:stop], type_ignores=[]), path, "exec"), scope)
-    return scope["parser"]
+    parser: argparse.ArgumentParser = scope["parser"]
+    return parser
 
 
 @functools.cache
@@ -202,7 +203,8 @@ def _advantages(
         kl = torch.zeros(n, 1, dtype=kl_dtype or rewards.dtype, device=rewards.device)
         exp = o.Experience(rewards=rewards, index=list(range(n)), action_mask=mask, kl=kl, info={})
         (exp,) = _maker(estimator, group_size).compute_advantages_and_returns([exp])
-        return exp.advantages[:, 0]
+        out: torch.Tensor = exp.advantages[:, 0]
+        return out
 
     advantages.__name__ = f"openrlhf_compute_advantages_and_returns[{estimator}]"
     return advantages
@@ -220,7 +222,10 @@ def _policy_loss(mode: str, **options: Any) -> Callable[..., torch.Tensor]:
     ) -> torch.Tensor:
         fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean", **options)
         rollout = old_logp if rollout_logp is None else rollout_logp
-        return fn(logp, old_logp, per_token(advantages, mask), action_mask=mask, rollout_log_probs=rollout)[0]
+        out: torch.Tensor = fn(
+            logp, old_logp, per_token(advantages, mask), action_mask=mask, rollout_log_probs=rollout
+        )[0]
+        return out
 
     extra = "".join(f", {k}={v}" for k, v in options.items())
     loss.__name__ = f"openrlhf_PolicyLoss[{mode}{extra}]"
@@ -232,8 +237,8 @@ def _loss(mode: str) -> Callable[..., torch.Tensor]:
         logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean")
-        out = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask)
-        return out[0]
+        out: torch.Tensor = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask)[0]
+        return out
 
     loss.__name__ = f"openrlhf_PolicyLoss[{mode}]"
     return loss
@@ -254,7 +259,8 @@ def _kl_loss(estimator: str, coef: float) -> Callable[..., torch.Tensor]:
         ref = logp.detach() if ref_logp is None else ref_logp
         actor = o.PolicyLoss()(logp, old_logp, per_token(advantages, mask), action_mask=mask)[0]
         kl = o.compute_approx_kl(logp, ref, log_probs_old=old_logp, kl_estimator=estimator)
-        return actor + o.aggregate_loss(kl, mask) * coef
+        total: torch.Tensor = actor + o.aggregate_loss(kl, mask) * coef
+        return total
 
     loss.__name__ = f"openrlhf_PolicyLoss+kl_loss[{estimator}, coef={coef:g}]"
     return loss
@@ -282,7 +288,8 @@ def _at_scale(mode: str) -> Callable[..., torch.Tensor]:
             "batch_num_tokens": torch.tensor(float(global_num_tokens), dtype=torch.float32) / micro_batches,
             "global_batch_size": torch.tensor(float(global_num_seqs), dtype=torch.float32) / micro_batches,
         }
-        return fn(logp, old_logp, per_token(advantages, mask), action_mask=mask, **info)[0]
+        out: torch.Tensor = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask, **info)[0]
+        return out
 
     loss.__name__ = f"openrlhf_PolicyLoss[{mode}, loss_batch_info]"
     return loss

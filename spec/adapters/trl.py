@@ -156,7 +156,8 @@ def _advantages(
             device=rewards.device,
         )
         exec(code, scope)
-        return scope["advantages"]
+        out: torch.Tensor = scope["advantages"]
+        return out
 
     advantages.__name__ = f"trl_inline_advantages[scale_rewards={scale_rewards}, {aggregation}]"
     return advantages
@@ -271,7 +272,8 @@ def _compute_loss(
     if trainer.beta != 0.0:
         inputs["ref_per_token_logps"] = logp.detach() if ref_logp is None else ref_logp
     try:
-        return gt.GRPOTrainer._compute_loss(trainer, None, inputs)
+        out: torch.Tensor = gt.GRPOTrainer._compute_loss(trainer, None, inputs)
+        return out
     finally:
         trainer._logps = None
 

@@ -34,7 +34,7 @@ import torch
 
 from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
-from sigma_ref.objectives import Objective
+from sigma_ref.objectives import KL, Objective
 
 from ._peers import Peer, ScaleOut, lazy, per_token
 
@@ -101,7 +101,8 @@ def _estimator(name: str, **options: Any) -> Callable[[torch.Tensor, np.ndarray]
             index=np.asarray(index),
             **options,
         )
-        return adv[:, 0]
+        out: torch.Tensor = adv[:, 0]
+        return out
 
     advantages.__name__ = f"verl_{name}"
     return advantages
@@ -145,6 +146,7 @@ def _verl_loss(
     info.clear()
     info.update(global_info or {})
     try:
+        out: torch.Tensor
         out, _metrics = ca.get_policy_loss_fn(loss_mode)(
             old_log_prob=old_logp,
             log_prob=logp,
@@ -331,7 +333,7 @@ ADAPTERS.update(
 )
 # verl's KL loss (actor.use_kl_loss, kl_loss_type; "+" is k2's gradient under the estimator's value),
 # added to the vanilla policy loss as workers/utils/losses.py:ppo_loss adds it
-_KL_TYPES: dict[str, str] = {"kl": "k1", "mse": "k2", "low_var_kl": "k3", "k3+": "k2"}
+_KL_TYPES: dict[str, KL] = {"kl": "k1", "mse": "k2", "low_var_kl": "k3", "k3+": "k2"}
 ADAPTERS.update(
     {
         f"kl[{kl}]": _adapter(
@@ -345,7 +347,7 @@ ADAPTERS.update(
                 eps_high=_EPS,
                 dual_clip=_DUAL,
                 kl=est,
-                kl_coef=KL_COEF,  # type: ignore[arg-type]
+                kl_coef=KL_COEF,
             ),
         )
         for kl, est in _KL_TYPES.items()
