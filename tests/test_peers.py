@@ -628,6 +628,10 @@ def test_trl_kl_with_bias_correction_has_the_ratio_times_k2_gradient() -> None:
     policy = _grad(trl.ADAPTERS["loss[dapo]"].loss, x)
     kl = _grad(trl.ADAPTERS["loss[dapo, beta=0.04]"].loss, x, ref_logp=x["ref_logp"]) - policy
     assert torch.allclose(kl, 0.04 * w * r * delta, atol=1e-12)
+    # the README's example: ratio 3.5 at row 3, token 5
+    assert float(r[3, 5]) == pytest.approx(3.5)
+    assert float(kl[3, 5]) == pytest.approx(0.003794, abs=5e-7)
+    assert float(0.04 * w[3, 5] * (1 - torch.exp(-delta[3, 5]))) == pytest.approx(0.000787, abs=5e-7)
     assert (kl - 0.04 * w * delta).abs().max() > 1e-3
     plain = _grad(
         trl.ADAPTERS["loss[dapo, beta=0.04, use_bias_correction_kl=False]"].loss, x, ref_logp=x["ref_logp"]
@@ -639,7 +643,7 @@ def test_trl_kl_with_bias_correction_has_the_ratio_times_k2_gradient() -> None:
 def test_k3_in_the_loss_has_the_forward_kl_gradient(peer: str, mode: str) -> None:
     """k3 in the loss (verl's default kl_loss_type low_var_kl, OpenRLHF's kl.estimator k3): the KL
     gradient is 0.1 w (1 - pi_ref/pi), the forward KL's, not the reverse KL's 0.1 w (logp - ref)
-    (k2's, and verl's k3+): on the probe they differ by up to 0.1 w x 0.45 at |logp - ref| = 1."""
+    (k2's, and verl's k3+): on the probe they differ by up to 0.1 w x 0.47 (at logp - ref = -0.83)."""
     module = _module(peer)
     x = _probe()
     base = "loss[token-mean]" if peer == "verl" else "group_norm"
