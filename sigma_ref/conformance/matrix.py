@@ -10,7 +10,19 @@ SPEC section 7:
 * ``pass``: every required property of the level passes (advisory ones that fail are
   listed after ``advisory:``);
 * ``FAIL prop[param], ...``: the required properties that fail;
-* ``n/a``: no property of the level applies (e.g. no loss, so no gradient checks).
+* ``n/a``: no property of the level applies (e.g. no loss, so no gradient checks);
+* ``-``: not run (a row that differs from another only in its loss runs the loss properties).
+
+Beside the levels: ``loss aggregation`` (what ``loss_aggregation`` measured, ``[declared]``
+when the adapter declares it, which then must match), ``objective`` (the objective the loss
+computes at ratio != 1: the declared :class:`~sigma_ref.objectives.Objective` checked by
+``loss_objective``, else the clip ``loss_clipped_surrogate`` reads off the gradient) and
+``scale-out`` (level 5: the mode's loss on W = 2 real ``torch.distributed`` processes with
+M = 2 micro-batches each, :func:`~sigma_ref.conformance.scaleout.run_scaleout`, given the
+global counts the peer takes; ``pass``, ``FAIL <factor>: <bug class>``, or ``n/a: reason``).
+The peers compute advantages on the whole gathered batch (TRL gathers the rewards of every
+process, verl and OpenRLHF compute them in the driver), so the scale-out column runs the
+oracle's advantages and checks the loss.
 
 A peer that is not installed is one row ``not installed`` with the reason; a mode the
 framework has but that cannot be driven on its own is a row ``n/a`` with the reason.
@@ -26,6 +38,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import math
 import time
 import types
 from collections.abc import Iterator, Sequence
@@ -35,7 +48,20 @@ import torch
 
 from .adapter import Adapter
 
-__all__ = ["PEERS", "Cell", "Row", "Matrix", "run_matrix", "run_adapter", "adapter_module", "add_matrix"]
+__all__ = [
+    "PEERS",
+    "SCALEOUT_WORLD_SIZE",
+    "SCALEOUT_MICRO_BATCHES",
+    "Cell",
+    "Row",
+    "Matrix",
+    "run_matrix",
+    "run_adapter",
+    "run_scaleout_cell",
+    "describe_objective",
+    "adapter_module",
+    "add_matrix",
+]
 
 #: Adapter modules of ``sigma_ref.spec.adapters``, in the matrix's order.
 PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf")
@@ -45,6 +71,8 @@ _PROFILE = "sigma-ref-matrix"
 #: The suite's levels (SPEC section 7), the matrix's columns; equal to ``core.LEVELS``
 #: (a test checks it), kept here so that registering the command needs no hypothesis.
 LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numerics")
+#: The scale-out column's data-parallel ranks W and micro-batches per rank M.
+SCALEOUT_WORLD_SIZE, SCALEOUT_MICRO_BATCHES = 2, 2
 
 
 @contextlib.contextmanager
@@ -117,9 +145,12 @@ class Row:
     declared: str = ""
     detected: str = ""
     aggregation: str = ""
+    objective: str = ""
+    scaleout: str = ""
     note: str = ""
     cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
     properties: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    scaleout_results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,7 +184,12 @@ def _compact(labels: list[str]) -> tuple[str, ...]:
 
 
 def run_adapter(
-    adapter: Adapter, *, max_examples: int = 25, seed: int = 0, threads: int = 1
+    adapter: Adapter,
+    *,
+    max_examples: int = 25,
+    seed: int = 0,
+    threads: int = 1,
+    names: Sequence[str] | None = None,
 ) -> tuple[list[dict[str, Any]], Any]:
     """Every property on ``adapter`` under its declared convention: outcomes and the context.
 
@@ -161,7 +197,8 @@ def run_adapter(
     one of ``pass``, ``FAIL``, ``WARN``, ``NOTE``, ``skip`` (the suite's one runner,
     :func:`~sigma_ref.conformance.core.run_suite`). Failing inputs are not shrunk (the
     matrix needs the verdict; ``sigma-ref check`` shrinks): the message shows the first
-    failing input found.
+    failing input found, ``cause`` the confirmed cause when the suite found one. ``names``:
+    only these properties.
     """
     from .core import run_suite
     from .session import build_context
@@ -175,23 +212,41 @@ def run_adapter(
                 "level": o.level,
                 "verdict": o.verdict,
                 "message": o.message.strip().splitlines()[0] if o.message.strip() else "",
+                "cause": o.finding.cause if o.finding is not None else None,
             }
-            for o in run_suite(ctx, max_examples=max_examples, seed=seed, shrink=False)
+            for o in run_suite(ctx, max_examples=max_examples, seed=seed, shrink=False, names=names)
         ]
     return results, ctx
 
 
-def _aggregation(results: list[dict[str, Any]]) -> str:
-    """The loss's aggregation as ``loss_aggregation`` measured it (``mode [declared|detected]``)."""
+def _aggregation(results: list[dict[str, Any]], declared: str | None = None) -> str:
+    """The loss's aggregation as ``loss_aggregation`` measured it (``mode [declared|detected]``).
+
+    A declared TRL ``loss_type`` is shown with its verl name (``token-mean (dapo) [declared]``);
+    a declared mode the weights contradict reads ``FAIL <mode> [declared]: <what they are>``.
+    """
+    from ..objectives import resolve_aggregation
+
+    alias = ""
+    if declared is not None and resolve_aggregation(declared) != declared:
+        alias = f" ({declared})"
     for r in results:
         if r["property"] == "loss_aggregation" and r["message"].startswith("aggregation: "):
             text = r["message"].removeprefix("aggregation: ")
             mode, _, rest = text.partition(" [")
             how = "declared" if rest.startswith("declared") else "detected"
-            return f"{mode} [{how}]"
+            return f"{mode}{alias if how == 'declared' else ''} [{how}]"
         if r["property"] == "loss_aggregation" and r["verdict"] == "FAIL":
-            return "FAIL"
+            if declared is None:
+                return "FAIL"
+            why = f": {r['cause']}" if r.get("cause") else ""
+            return f"FAIL {resolve_aggregation(declared)}{alias} [declared]{why}"
     return ""
+
+
+def _matched(result: dict[str, Any]) -> bool:
+    """A declared objective that matched: ``loss_objective`` reports it as a NOTE, a check that passed."""
+    return bool(result["property"] == "loss_objective" and str(result["message"]).startswith("objective:"))
 
 
 def _cells(results: list[dict[str, Any]]) -> dict[str, Cell]:
@@ -200,12 +255,127 @@ def _cells(results: list[dict[str, Any]]) -> dict[str, Cell]:
         sub = [r for r in results if r["level"] == level]
         failed = [_label(r["property"], r["param"]) for r in sub if r["verdict"] == "FAIL"]
         warned = [_label(r["property"], r["param"]) for r in sub if r["verdict"] == "WARN"]
-        if all(r["verdict"] in ("skip", "NOTE") for r in sub):
+        if not sub:
+            outcome = "-"
+        elif all(r["verdict"] in ("skip", "NOTE") and not _matched(r) for r in sub):
             outcome = "n/a"
         else:
             outcome = "FAIL" if failed else "pass"
         cells[level] = Cell(outcome, _compact(failed), _compact(warned))
     return cells
+
+
+def describe_objective(obj: Any) -> str:
+    """A short text for a :class:`~sigma_ref.objectives.Objective` (the matrix's objective cells).
+
+    >>> from sigma_ref.objectives import Objective
+    >>> describe_objective(Objective("ppo", eps_low=0.2, dual_clip=3.0, kl="k3", kl_coef=0.1))
+    'ppo clip [0.8, 1.2], dual clip 3 + 0.1 k3 KL'
+    >>> describe_objective(Objective("cispo", eps_low=math.inf, eps_high=4.0))
+    'cispo weight min(r, 5)'
+    """
+    lo, hi = obj.clip_range
+    if obj.kind == "cispo" and lo == hi == 1:
+        text = "REINFORCE, weight 1 (cispo clip [1, 1])"
+    elif obj.kind == "cispo":
+        text = f"cispo weight min(r, {hi:g})" if math.isinf(lo) else f"cispo weight clip(r, {lo:g}, {hi:g})"
+    else:
+        text = f"{obj.kind} clip [{lo:g}, {hi:g}]"
+    if obj.dual_clip is not None:
+        text += f", dual clip {obj.dual_clip:g}"
+    if obj.tis_cap is not None:
+        text += f", {'TIS' if obj.tis_mode == 'truncate' else 'MIS'} {obj.tis_level} cap {obj.tis_cap:g}"
+    if obj.kl is not None and obj.kl_coef:
+        text += f" + {obj.kl_coef:g} {obj.kl} KL" + (" in the reward" if obj.kl_placement == "reward" else "")
+    return text
+
+
+def _objective(results: list[dict[str, Any]], adapter: Adapter, note: str | None) -> str:
+    """The objective cell: the declared objective checked by ``loss_objective``, else the clip
+    ``loss_clipped_surrogate`` read off the gradient, else ``note`` (what the peer computes)."""
+    by = {r["property"]: r for r in results}
+    checked = by.get("loss_objective")
+    if adapter.objective is not None and checked is not None:
+        desc = describe_objective(adapter.objective) + " [declared]"
+        if checked["verdict"] == "FAIL":
+            why = checked["cause"] or checked["message"].partition(" under the declared")[0]
+            return f"FAIL {desc}: {why}"
+        if checked["verdict"] == "NOTE" and checked["message"].startswith("objective:"):
+            return desc
+        return f"n/a: {checked['message']}" if checked["message"] else ""
+    if note:
+        return note
+    clip = by.get("loss_clipped_surrogate")
+    if clip is None or clip["verdict"] != "NOTE":
+        return ""
+    text = clip["message"]
+    if text.startswith("PPO surrogate at ratios") and ": " in text:
+        return "ppo " + str(text).partition(": ")[2].replace("clip range", "clip")
+    return "not a PPO clip [detected]"
+
+
+def _factor(result: Any) -> str:
+    c = result.factor
+    if c is None:
+        return ""
+    return f"~{c:.3g}x" if f"~{c:.3g}x" in result.message else f"{c:.3g}x"
+
+
+_BUG_CLASSES: tuple[str, ...] = (
+    "normaliser computed per micro-batch",
+    "world size not applied",
+    "token count not gathered across ranks",
+    "group statistics computed on a rank's shard",
+    "batch statistics computed on a rank's shard",
+)
+
+
+def _scaleout_text(results: Sequence[Any]) -> str:
+    """The scale-out cell of a level-5 run's results (module doc)."""
+    failed = [r for r in results if r.verdict == "FAIL"]
+    if not failed:
+        return "pass"
+    crash = next((r for r in failed if r.property.startswith("scaleout[")), None)
+    if crash is not None:
+        return f"FAIL: {crash.message}"
+    grad = next((r for r in failed if r.property.startswith("scaleout_gradient")), None)
+    if grad is not None:
+        cls = next((c for c in _BUG_CLASSES if grad.message.startswith(c)), "")
+        cls = cls or "the normaliser depends on ranks and micro-batches jointly"
+        return f"FAIL {_factor(grad)} the full-batch gradient: {cls}"
+    adv = next((r for r in failed if r.property.startswith("scaleout_advantages")), None)
+    if adv is not None:
+        return f"FAIL: {adv.message.partition(':')[0]}"
+    pred = failed[0]
+    mode = pred.property.partition("[")[2].partition(",")[0]
+    same = "as at W = 1, M = 1" if "full-batch gradient already differs" in pred.message else "split only"
+    return f"invariant; FAIL {_factor(pred)} the {mode} prediction ({same})"
+
+
+def run_scaleout_cell(
+    module: types.ModuleType, spec: Any, *, timeout: float = 120.0
+) -> tuple[str, list[Any]]:
+    """Run a mode's loss at W = 2, M = 2 (``spec``: the module's ``SCALEOUT`` entry): cell text, results.
+
+    ``spec`` is a :class:`~sigma_ref._spec.adapters._peers.ScaleOut` (the loss is imported in the
+    child processes as ``<module>:AT_SCALE.<loss>``) or a string, the reason it cannot run.
+    """
+    if isinstance(spec, str):
+        return f"n/a: {spec}", []
+    from .scaleout import run_scaleout
+
+    report = run_scaleout(
+        "sigma_ref.conformance.scaleout:oracle_advantages",
+        f"{module.__name__}:AT_SCALE.{spec.loss}",
+        layout="index",
+        world_size=SCALEOUT_WORLD_SIZE,
+        micro_batches=SCALEOUT_MICRO_BATCHES,
+        aggregation=spec.aggregation,
+        aggregation_constant=spec.constant,
+        loss_scale=spec.loss_scale,
+        timeout=timeout,
+    )
+    return _scaleout_text(report.results), list(report.results)
 
 
 @dataclasses.dataclass
@@ -223,14 +393,37 @@ class Matrix:
 
     def table(self) -> list[list[str]]:
         """Header row and one row per implementation/mode."""
-        head = ["implementation", "mode", "declared", "detected", "loss aggregation", *LEVELS, "notes"]
+        scale = f"scale-out W={SCALEOUT_WORLD_SIZE}, M={SCALEOUT_MICRO_BATCHES}"
+        head = [
+            "implementation",
+            "mode",
+            "declared",
+            "detected",
+            "loss aggregation",
+            "objective (ratio != 1)",
+            *LEVELS,
+            scale,
+            "notes",
+        ]
         body = []
         for r in self.rows:
             if r.status == "checked":
                 cells = [r.cells[level].text() for level in LEVELS]
             else:
                 cells = [r.status] * len(LEVELS)
-            body.append([r.implementation, r.mode, r.declared, r.detected, r.aggregation, *cells, r.note])
+            body.append(
+                [
+                    r.implementation,
+                    r.mode,
+                    r.declared,
+                    r.detected,
+                    r.aggregation,
+                    r.objective,
+                    *cells,
+                    r.scaleout,
+                    r.note,
+                ]
+            )
         return [head, *body]
 
     def to_markdown(self) -> str:
@@ -283,6 +476,15 @@ def _declared(adapter: Adapter) -> str:
     return conv if isinstance(conv, str) else conv.name
 
 
+def _warm_up(module: types.ModuleType) -> None:
+    """Import the peer outside the suite's time limits (OpenRLHF's import takes seconds)."""
+    from .adapter import Batch
+
+    first = next(iter(module.ADAPTERS.values()), None)
+    if first is not None:
+        first(Batch.grouped([[1.0, 0.0, 0.0, 0.0]]))
+
+
 def run_matrix(
     peers: Sequence[str] = PEERS,
     *,
@@ -290,11 +492,14 @@ def run_matrix(
     modes: Sequence[str] | None = None,
     seed: int = 0,
     threads: int = 1,
+    scaleout: bool = True,
 ) -> Matrix:
     """Run the suite on every mode of every peer in ``peers`` (``modes``: only these ``peer:mode``).
 
     ``seed`` picks hypothesis's random stream and ``threads`` torch's intra-op threads; the
     verdicts do not depend on either (tests/test_peers.py runs verl twice to show it).
+    ``scaleout``: run the level-5 column (W = 2, M = 2 real processes per distinct loss; rows
+    that share a loss share the run); without it the column is empty.
     """
     rows: list[Row] = []
     for peer in peers:
@@ -304,12 +509,34 @@ def run_matrix(
         if reason is not None:
             rows.append(Row(title, "", "not installed", note=reason))
             continue
+        loss_only: dict[str, tuple[str, ...]] = getattr(module, "LOSS_ONLY", {})
+        notes: dict[str, str] = getattr(module, "NOTES", {})
+        objective_notes: dict[str, str] = getattr(module, "OBJECTIVE_NOTES", {})
+        at_scale: dict[str, Any] = getattr(module, "SCALEOUT", {})
+        scaled: dict[Any, tuple[str, list[Any]]] = {}
+        if any(modes is None or f"{peer}:{m}" in modes for m in module.ADAPTERS):
+            _warm_up(module)
         for mode, adapter in module.ADAPTERS.items():
             if modes is not None and f"{peer}:{mode}" not in modes:
                 continue
             start = time.perf_counter()
-            results, ctx = run_adapter(adapter, max_examples=max_examples, seed=seed, threads=threads)
+            names = loss_only.get(mode)
+            results, ctx = run_adapter(
+                adapter, max_examples=max_examples, seed=seed, threads=threads, names=names
+            )
             det = ctx.detection
+            scale_text: str = ""
+            scale_results: list[Any] = []
+            spec = at_scale.get(mode)
+            if scaleout and spec is not None:
+                if spec not in scaled:
+                    scaled[spec] = run_scaleout_cell(module, spec)
+                scale_text, scale_results = scaled[spec]
+            elif scaleout and adapter.loss is not None:
+                scale_text = "-"
+            note = notes.get(mode, "")
+            if names is not None:
+                note = (note + " " if note else "") + "Loss properties only: " + ", ".join(names) + "."
             rows.append(
                 Row(
                     title,
@@ -318,9 +545,13 @@ def run_matrix(
                     name=adapter.name,
                     declared=_declared(adapter),
                     detected=(det.preset or det.summary()) if det is not None else "",
-                    aggregation=_aggregation(results),
+                    aggregation=_aggregation(results, adapter.aggregation),
+                    objective=_objective(results, adapter, objective_notes.get(mode)),
+                    scaleout=scale_text,
+                    note=note,
                     cells=_cells(results),
                     properties=results,
+                    scaleout_results=[dataclasses.asdict(r) for r in scale_results],
                     seconds=round(time.perf_counter() - start, 2),
                 )
             )
@@ -332,7 +563,7 @@ def run_matrix(
 
 def _matrix(args: argparse.Namespace) -> int:
     peers = PEERS if not args.peers else tuple(args.peers)
-    matrix = run_matrix(peers, max_examples=args.examples)
+    matrix = run_matrix(peers, max_examples=args.examples, scaleout=not args.no_scaleout)
     print(matrix.to_markdown() if args.markdown else matrix.to_text())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
@@ -341,7 +572,7 @@ def _matrix(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_matrix(sub: argparse._SubParsersAction) -> None:
+def add_matrix(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``sigma-ref matrix``."""
     p = sub.add_parser(
         "matrix",
@@ -360,4 +591,9 @@ def add_matrix(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--markdown", action="store_true", help="print a markdown table (for the README)")
     p.add_argument("--json", metavar="PATH", help="also write every row and property outcome as JSON")
     p.add_argument("--examples", type=int, default=25, help="hypothesis examples per property (default 25)")
+    p.add_argument(
+        "--no-scaleout",
+        action="store_true",
+        help="leave the scale-out column empty (it starts 2 processes per distinct loss, a few seconds each)",
+    )
     p.set_defaults(run=_matrix)

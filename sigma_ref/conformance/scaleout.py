@@ -63,6 +63,7 @@ from .adapter import LAYOUTS, Adapter, load_object
 __all__ = [
     "AGGREGATIONS",
     "GLOBALS",
+    "HORIZON",
     "LOSS_SCALES",
     "SPLITS",
     "ScaleoutResult",
@@ -246,6 +247,9 @@ class ScaleoutReport:
 # the designed batch (built identically in every process from the seed)
 
 _G, _T, _V, _D = 6, 8, 6, 4
+#: The padded response length of the designed batch (the ``C = T`` of a seq-mean-token-sum-norm
+#: whose constant is the padded width, verl's default and TRL's ``max_completion_length``).
+HORIZON: int = _T
 
 
 @dataclasses.dataclass(frozen=True)
@@ -608,14 +612,19 @@ def _scale(c: float, resid: float, *, detail: bool = True) -> str:
     )
 
 
-def _prediction(batch: _Batch, advantages: np.ndarray, mode: str) -> np.ndarray:
+def _prediction(
+    batch: _Batch, advantages: np.ndarray, mode: str, constant: float | None = None
+) -> np.ndarray:
     theta = torch.tensor(batch.theta, requires_grad=True)
     logp = _token_logp(theta, torch.tensor(batch.feats), torch.tensor(batch.tokens))
     mask = torch.tensor(batch.mask)
-    # the oracle's weights (sigma_ref.objectives); this harness's seq-mean-token-sum-norm divides
-    # by the horizon T alone, i.e. the oracle's 1 / (N_seq C) with C = T / N_seq
+    # the oracle's weights (sigma_ref.objectives); without a constant this harness's
+    # seq-mean-token-sum-norm divides by the horizon T alone, i.e. the oracle's 1 / (N_seq C)
+    # with C = T / N_seq; with one (verl's and TRL's C = T) it is the oracle's 1 / (N_seq C)
     n_seq = float((mask.sum(-1) > 0).sum())
-    w = objective_weights(mask, mode, constant=_T / n_seq if mode == "seq-mean-token-sum-norm" else None)
+    if mode == "seq-mean-token-sum-norm" and constant is None:
+        constant = _T / n_seq
+    w = objective_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
     (-(w * torch.tensor(advantages)[:, None] * logp).sum()).backward()
     return theta.grad.numpy()
 
@@ -635,6 +644,7 @@ def _analyse(
     split: str,
     aggregation: str | None,
     loss_scale: str,
+    constant: float | None = None,
 ) -> list[ScaleoutResult]:
     results = []
     full = runs[(1, 1, "whole-groups")]
@@ -684,7 +694,7 @@ def _analyse(
         )
     for M in Ms:
         results += _per_split(
-            runs, batch, g_full, a_full, W, M, split, aggregation, loss_scale, adv_ok, detected
+            runs, batch, g_full, a_full, W, M, split, aggregation, loss_scale, adv_ok, detected, constant
         )
     return results
 
@@ -701,6 +711,7 @@ def _per_split(
     loss_scale: str,
     adv_ok: bool,
     detected: str,
+    constant: float | None = None,
 ) -> list[ScaleoutResult]:
     results = []
     g = np.asarray(runs[(W, M, split)]["grad"])
@@ -729,7 +740,7 @@ def _per_split(
 
     # (b) against the prediction under the declared aggregation
     if aggregation is not None:
-        pred = _prediction(batch, a_full, aggregation)
+        pred = _prediction(batch, a_full, aggregation, constant)
         cp, rp, ep = _fit(g, pred)
         prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
         if ep <= _RTOL:
@@ -883,6 +894,7 @@ def run_scaleout(
     timeout: float = 120.0,
     seed: int = 0,
     backend: str = "auto",
+    aggregation_constant: float | None = None,
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
 
@@ -891,6 +903,9 @@ def run_scaleout(
     ``micro_batches``: M, or several (``(1, 2, 3)``: one verdict each, in the same processes).
     ``split``: ``whole-groups`` or ``split-groups`` (then only layout ``index`` fits).
     ``aggregation``: the declared mode (one of :data:`AGGREGATIONS`) or None to detect.
+    ``aggregation_constant``: the ``C`` of a declared ``seq-mean-token-sum-norm``, whose weights are
+    then the oracle's ``1 / (N_seq C)`` (verl's and TRL's ``C = T``); None keeps this harness's
+    ``1 / T`` (the token sum over the horizon alone).
     ``loss_scale``: ``none`` or ``mean-over-micro-batches`` (module doc). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
 
@@ -916,6 +931,15 @@ def run_scaleout(
         raise ValueError(f"loss_scale={loss_scale!r} must be one of {LOSS_SCALES}")
     if aggregation is not None and aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATIONS} or None (detect)")
+    if aggregation_constant is not None and not (
+        isinstance(aggregation_constant, int | float)
+        and math.isfinite(aggregation_constant)
+        and aggregation_constant > 0
+    ):
+        raise ValueError(
+            f"aggregation_constant={aggregation_constant!r} must be a positive number (the C of "
+            "seq-mean-token-sum-norm, e.g. the padded length) or None"
+        )
     for name, target in (("advantages_target", advantages_target), ("loss_target", loss_target)):
         if target is not None and not isinstance(target, str):
             raise TypeError(
@@ -977,7 +1001,14 @@ def run_scaleout(
     else:
         runs = {tuple(key): r for key, r in zip(plan, raw, strict=True) if r is not None}
         results = _analyse(
-            runs, batch, W=W, Ms=Ms, split=split, aggregation=aggregation, loss_scale=loss_scale
+            runs,
+            batch,
+            W=W,
+            Ms=Ms,
+            split=split,
+            aggregation=aggregation,
+            loss_scale=loss_scale,
+            constant=aggregation_constant,
         )
     return ScaleoutReport(tuple(results), W, Ms, backend, time.monotonic() - start)
 

@@ -7,7 +7,18 @@ names, which ``sigma-ref matrix`` and ``tests/test_peers.py`` read:
 * ``ADAPTERS``: ``{mode: Adapter}``, one :class:`~sigma_ref.conformance.Adapter` per mode;
 * ``NOT_APPLICABLE``: ``{mode: reason}``, modes the framework has but that cannot be
   driven on their own (the matrix prints them as ``n/a`` with the reason);
-* ``available()`` / ``unavailable()``: whether the peer is installed, and why not.
+* ``available()`` / ``unavailable()``: whether the peer is installed, and why not;
+
+and, optionally (the matrix reads them with ``getattr``):
+
+* ``SCALEOUT``: ``{mode: ScaleOut | reason}``, how the level-5 column runs the mode's loss at
+  W = 2, M = 2 (:class:`ScaleOut`), or why it cannot (the cell reads ``n/a: reason``);
+* ``AT_SCALE``: a namespace of the losses in their at-scale form, named by ``ScaleOut.loss``;
+* ``LOSS_ONLY``: modes that differ from another row only in their loss (objective variants):
+  the matrix runs the loss properties on them, not the advantage ones;
+* ``NOTES``: ``{mode: note}``, one sentence the matrix prints in the row's notes;
+* ``OBJECTIVE_NOTES``: ``{mode: text}``, the objective cell of a mode that declares none (what
+  the peer computes where the oracle has no such objective).
 
 Importing an adapter module never imports its peer: the peer is imported on the first
 call of an adapter (``functools.cache``), and a missing peer raises
@@ -24,7 +35,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Peer", "PeerUnavailableError", "per_token", "version_of", "lazy"]
+__all__ = ["Peer", "PeerUnavailableError", "ScaleOut", "per_token", "version_of", "lazy"]
 
 
 class PeerUnavailableError(ImportError):
@@ -105,3 +116,28 @@ def per_token(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     [[1.0, 0.0], [-2.0, -2.0]]
     """
     return advantages.reshape(-1, 1).to(mask.dtype) * mask
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleOut:
+    """How ``sigma-ref matrix`` runs one mode's loss at W ranks and M micro-batches (level 5).
+
+    ``loss``: the attribute of the adapter module's ``AT_SCALE`` namespace holding the loss in
+    its at-scale form, ``loss(logp, old_logp, advantages, mask, **globals)`` with the global
+    counts the peer takes (:data:`sigma_ref.conformance.scaleout.GLOBALS`); the child processes
+    import it as ``<module>:AT_SCALE.<loss>``. ``aggregation`` / ``constant``: the declared
+    aggregation the gradient is predicted with (``constant``: the ``C`` of
+    ``seq-mean-token-sum-norm``). ``loss_scale``: ``"none"`` when the peer's loss already
+    accounts for the accumulation steps (verl, TRL), ``"mean-over-micro-batches"`` when the
+    engine divides each micro-batch loss by them (DeepSpeed, in OpenRLHF). ``how``: the
+    global information it is given, in words.
+
+    >>> ScaleOut("dapo", "token-mean", how="num_items_in_batch").loss_scale
+    'none'
+    """
+
+    loss: str
+    aggregation: str | None
+    constant: float | None = None
+    loss_scale: str = "none"
+    how: str = ""

@@ -24,8 +24,8 @@ Loss: ``PolicyLoss(token_level_loss=...)(log_probs, old_log_probs, A_i mask_it,
 action_mask=mask)[0]`` with OpenRLHF's defaults (clip 0.2); ``token-mean`` (the default
 ``actor.loss_agg_mode``) for the advantage modes, and a ``loss[seq-mean-token-mean]`` row.
 
->>> sorted(ADAPTERS)
-['dr_grpo', 'group_norm', 'loss[seq-mean-token-mean]', 'rloo']
+>>> sorted(ADAPTERS)[:4]
+['dr_grpo', 'group_norm', 'kl[k1]', 'kl[k2]']
 """
 
 from __future__ import annotations
@@ -46,10 +46,21 @@ from typing import Any
 import torch
 
 from sigma_ref.conformance import Adapter
+from sigma_ref.objectives import Objective
 
-from ._peers import Peer, lazy, per_token
+from ._peers import Peer, ScaleOut, lazy, per_token
 
-__all__ = ["PEER", "ADAPTERS", "NOT_APPLICABLE", "available", "unavailable"]
+__all__ = [
+    "PEER",
+    "ADAPTERS",
+    "NOT_APPLICABLE",
+    "VARIANTS",
+    "LOSS_ONLY",
+    "SCALEOUT",
+    "AT_SCALE",
+    "available",
+    "unavailable",
+]
 
 PEER = Peer("openrlhf", "openrlhf", "0.11.2", title="OpenRLHF")
 
@@ -129,7 +140,8 @@ def _openrlhf() -> types.SimpleNamespace:
     # so that `sigma-ref matrix` prints only the matrix on stdout
     with _stand_ins(), contextlib.redirect_stdout(sys.stderr):
         import openrlhf
-        from openrlhf.models.loss import PolicyLoss
+        from openrlhf.models.loss import PolicyLoss, aggregate_loss
+        from openrlhf.models.utils import compute_approx_kl
         from openrlhf.trainer.ppo_utils.experience import Experience
         from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
         from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
@@ -137,6 +149,8 @@ def _openrlhf() -> types.SimpleNamespace:
     return types.SimpleNamespace(
         root=os.path.dirname(openrlhf.__file__),
         PolicyLoss=PolicyLoss,
+        aggregate_loss=aggregate_loss,
+        compute_approx_kl=compute_approx_kl,
         Experience=Experience,
         RemoteExperienceMaker=RemoteExperienceMaker,
         FixedKLController=FixedKLController,
@@ -158,7 +172,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     scope: dict[str, Any] = {"argparse": argparse, "os": os, "datetime": datetime, "__name__": "__main__"}
     exec(compile(ast.Module(body=main.body[:stop], type_ignores=[]), path, "exec"), scope)
-    return scope["parser"]
+    parser: argparse.ArgumentParser = scope["parser"]
+    return parser
 
 
 @functools.cache
@@ -188,10 +203,33 @@ def _advantages(
         kl = torch.zeros(n, 1, dtype=kl_dtype or rewards.dtype, device=rewards.device)
         exp = o.Experience(rewards=rewards, index=list(range(n)), action_mask=mask, kl=kl, info={})
         (exp,) = _maker(estimator, group_size).compute_advantages_and_returns([exp])
-        return exp.advantages[:, 0]
+        out: torch.Tensor = exp.advantages[:, 0]
+        return out
 
     advantages.__name__ = f"openrlhf_compute_advantages_and_returns[{estimator}]"
     return advantages
+
+
+def _policy_loss(mode: str, **options: Any) -> Callable[..., torch.Tensor]:
+    """``PolicyLoss(token_level_loss=..., **options)`` called as ``PPOActor.training_step`` calls it."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        rollout_logp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean", **options)
+        rollout = old_logp if rollout_logp is None else rollout_logp
+        out: torch.Tensor = fn(
+            logp, old_logp, per_token(advantages, mask), action_mask=mask, rollout_log_probs=rollout
+        )[0]
+        return out
+
+    extra = "".join(f", {k}={v}" for k, v in options.items())
+    loss.__name__ = f"openrlhf_PolicyLoss[{mode}{extra}]"
+    return loss
 
 
 def _loss(mode: str) -> Callable[..., torch.Tensor]:
@@ -199,19 +237,94 @@ def _loss(mode: str) -> Callable[..., torch.Tensor]:
         logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean")
-        out = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask)
-        return out[0]
+        out: torch.Tensor = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask)[0]
+        return out
 
     loss.__name__ = f"openrlhf_PolicyLoss[{mode}]"
     return loss
 
 
+def _kl_loss(estimator: str, coef: float) -> Callable[..., torch.Tensor]:
+    """The PPO loss (token-mean) plus ``aggregate_loss(compute_approx_kl(...)) * kl_ctl``, as
+    ``PPOActor.training_step`` adds it with ``algo.kl.use_loss``."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        ref_logp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        o = _openrlhf()
+        ref = logp.detach() if ref_logp is None else ref_logp
+        actor = o.PolicyLoss()(logp, old_logp, per_token(advantages, mask), action_mask=mask)[0]
+        kl = o.compute_approx_kl(logp, ref, log_probs_old=old_logp, kl_estimator=estimator)
+        total: torch.Tensor = actor + o.aggregate_loss(kl, mask) * coef
+        return total
+
+    loss.__name__ = f"openrlhf_PolicyLoss+kl_loss[{estimator}, coef={coef:g}]"
+    return loss
+
+
+def _at_scale(mode: str) -> Callable[..., torch.Tensor]:
+    """``PolicyLoss`` with the normalisers of ``utils/loss_utils.py:_optimizer_step_loss_norm``: the
+    step's tokens and sequences over every rank and micro-batch, divided by the accumulation steps
+    (DeepSpeed then divides each micro-batch loss by them), and ``dp_size``."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        dp_size: int,
+        global_num_tokens: int,
+        global_num_seqs: int,
+        micro_batches: int,
+    ) -> torch.Tensor:
+        fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean")
+        info = {
+            "dp_size": dp_size,
+            "batch_num_tokens": torch.tensor(float(global_num_tokens), dtype=torch.float32) / micro_batches,
+            "global_batch_size": torch.tensor(float(global_num_seqs), dtype=torch.float32) / micro_batches,
+        }
+        out: torch.Tensor = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask, **info)[0]
+        return out
+
+    loss.__name__ = f"openrlhf_PolicyLoss[{mode}, loss_batch_info]"
+    return loss
+
+
 _TOKEN_MEAN = _loss("token-mean")
 _GROUP_NORM = _advantages("group_norm")
+#: OpenRLHF's clip default: ``actor.eps_clip`` 0.2 both sides, no dual clip.
+_EPS = 0.2
+#: The KL coefficient of the ``kl[...]`` rows (the CLI's ``algo.kl.init_coef`` is 0.01; 0.1 makes the
+#: term a visible part of the gradient).
+KL_COEF = 0.1
 
 
-def _adapter(fn: Callable[..., Any], convention: str, name: str, loss: Callable[..., Any]) -> Adapter:
-    return Adapter(fn, "contiguous", loss=loss, convention=convention, name=f"openrlhf {name}")
+def _ppo(aggregation: str, **kw: Any) -> Objective:
+    return Objective("ppo", eps_low=_EPS, eps_high=kw.pop("eps_high", _EPS), aggregation=aggregation, **kw)
+
+
+def _adapter(
+    fn: Callable[..., Any],
+    convention: str,
+    name: str,
+    loss: Callable[..., Any],
+    aggregation: str = "token-mean",
+    objective: Objective | None = None,
+) -> Adapter:
+    return Adapter(
+        fn,
+        "contiguous",
+        loss=loss,
+        convention=convention,
+        name=f"openrlhf {name}",
+        aggregation=aggregation,
+        objective=objective or _ppo(aggregation),
+    )
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -219,7 +332,85 @@ ADAPTERS: dict[str, Adapter] = {
     "dr_grpo": _adapter(_advantages("dr_grpo"), "dr_grpo", "dr_grpo", _TOKEN_MEAN),
     "rloo": _adapter(_advantages("rloo"), "rloo", "rloo", _TOKEN_MEAN),
     "loss[seq-mean-token-mean]": _adapter(
-        _GROUP_NORM, "openrlhf", "group_norm + PolicyLoss seq-mean-token-mean", _loss("seq-mean-token-mean")
+        _GROUP_NORM,
+        "openrlhf",
+        "group_norm + PolicyLoss seq-mean-token-mean",
+        _loss("seq-mean-token-mean"),
+        "seq-mean-token-mean",
+    ),
+}
+#: PolicyLoss options (``actor.policy_loss_type``, ``actor.dual_clip``, ``actor.eps_clip_low_high``,
+#: ``algo.advantage.is_correction_*``): ``mode: (aggregation, options, declared objective)``
+VARIANTS: dict[str, tuple[str, dict[str, Any], Objective]] = {
+    "policy[gspo]": (
+        "seq-mean-token-mean",  # PolicyLoss forces token_level_loss=False for GSPO
+        {"policy_loss_type": "gspo"},
+        Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="seq-mean-token-mean"),
+    ),
+    "policy[dual_clip=3]": ("token-mean", {"dual_clip": 3.0}, _ppo("token-mean", dual_clip=3.0)),
+    "policy[eps_clip_low_high=0.2,0.28]": (
+        "token-mean",
+        {"clip_eps_high": 0.28},
+        _ppo("token-mean", eps_high=0.28),
+    ),
+    "policy[is_correction token clip 0,2]": (
+        "token-mean",
+        {"is_correction_level": "token", "is_correction_mode": "clip", "is_correction_threshold": (0.0, 2.0)},
+        _ppo("token-mean", tis_cap=2.0, tis_level="token", tis_mode="truncate"),
+    ),
+    "policy[is_correction token mask 0,2]": (
+        "token-mean",
+        {"is_correction_level": "token", "is_correction_mode": "mask", "is_correction_threshold": (0.0, 2.0)},
+        _ppo("token-mean", tis_cap=2.0, tis_level="token", tis_mode="mask"),
+    ),
+}
+ADAPTERS.update(
+    {
+        mode: _adapter(
+            _GROUP_NORM,
+            "openrlhf",
+            "group_norm + PolicyLoss " + mode.removeprefix("policy[").removesuffix("]"),
+            _policy_loss(agg, **options),
+            agg,
+            objective,
+        )
+        for mode, (agg, options, objective) in VARIANTS.items()
+    }
+)
+ADAPTERS.update(
+    {
+        f"kl[{est}]": _adapter(
+            _GROUP_NORM,
+            "openrlhf",
+            f"group_norm + PolicyLoss + kl.use_loss, kl.estimator={est}, kl_ctl={KL_COEF:g}",
+            _kl_loss(est, KL_COEF),
+            objective=_ppo("token-mean", kl=est, kl_coef=KL_COEF),
+        )
+        for est in ("k1", "k2", "k3")
+    }
+)
+
+#: The objective variants are checked on their loss only (their advantage is ``group_norm``'s); with
+#: a KL term the loss has a gradient at ratio 1 beyond the policy's, so only the objective.
+LOSS_ONLY: dict[str, tuple[str, ...]] = {
+    **{
+        mode: ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+        for mode in VARIANTS
+    },
+    **{f"kl[{est}]": ("loss_objective",) for est in ("k1", "k2", "k3")},
+}
+
+#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
+AT_SCALE = types.SimpleNamespace(**{m: _at_scale(m) for m in ("token-mean", "seq-mean-token-mean")})
+_HOW = "dp_size, batch_num_tokens / gas, global_batch_size / gas; DeepSpeed divides by gas"
+#: The level-5 column: PolicyLoss with OpenRLHF's per-step global normalisers.
+SCALEOUT: dict[str, ScaleOut | str] = {
+    **{
+        m: ScaleOut("token-mean", "token-mean", loss_scale="mean-over-micro-batches", how=_HOW)
+        for m in ("group_norm", "dr_grpo", "rloo")
+    },
+    "loss[seq-mean-token-mean]": ScaleOut(
+        "seq-mean-token-mean", "seq-mean-token-mean", loss_scale="mean-over-micro-batches", how=_HOW
     ),
 }
 

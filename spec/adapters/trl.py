@@ -34,6 +34,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import math
 import os
 import tempfile
 import textwrap
@@ -45,10 +46,26 @@ from typing import Any
 import torch
 
 from sigma_ref.conformance import Adapter
+from sigma_ref.conformance.scaleout import HORIZON
+from sigma_ref.objectives import Objective, resolve_aggregation
 
-from ._peers import Peer, lazy
+from ._peers import Peer, ScaleOut, lazy
 
-__all__ = ["PEER", "ADAPTERS", "NOT_APPLICABLE", "LOSS_TYPES", "available", "unavailable", "advantage_block"]
+__all__ = [
+    "PEER",
+    "ADAPTERS",
+    "NOT_APPLICABLE",
+    "LOSS_TYPES",
+    "LOSS_ONLY",
+    "OBJECTIVES",
+    "OBJECTIVE_NOTES",
+    "VARIANTS",
+    "SCALEOUT",
+    "AT_SCALE",
+    "available",
+    "unavailable",
+    "advantage_block",
+]
 
 PEER = Peer("trl", "trl", "1.16.0", title="TRL")
 
@@ -139,7 +156,8 @@ def _advantages(
             device=rewards.device,
         )
         exec(code, scope)
-        return scope["advantages"]
+        out: torch.Tensor = scope["advantages"]
+        return out
 
     advantages.__name__ = f"trl_inline_advantages[scale_rewards={scale_rewards}, {aggregation}]"
     return advantages
@@ -183,68 +201,279 @@ class StandIn:
         return self._logps, torch.zeros_like(self._logps), None
 
 
-@functools.cache
-def _stand_in(loss_type: str) -> StandIn:
+class _Processes:
+    """The accelerator at scale: ``num_processes`` is the world size W; the metrics' ``gather`` and
+    ``reduce`` return the local values (they never reach the loss or its gradient)."""
+
+    sync_gradients = True
+
+    def __init__(self, num_processes: int) -> None:
+        self.num_processes = num_processes
+
+    def gather(self, x: Any) -> Any:
+        return x
+
+    gather_for_metrics = gather
+
+    def reduce(self, x: Any, reduction: str = "sum") -> Any:
+        return x
+
+
+def _config(loss_type: str, options: tuple[tuple[str, Any], ...], accumulation: int) -> Any:
     gt = _grpo_module()
+    out = os.path.join(tempfile.gettempdir(), "sigma-ref-trl")  # never written: no training runs
+    return gt.GRPOConfig(
+        output_dir=out,
+        report_to=[],
+        use_cpu=True,
+        loss_type=loss_type,
+        gradient_accumulation_steps=accumulation,
+        **dict(options),
+    )
+
+
+@functools.cache
+def _stand_in(loss_type: str, options: tuple[tuple[str, Any], ...] = ()) -> StandIn:
     from accelerate import Accelerator
 
-    out = os.path.join(tempfile.gettempdir(), "sigma-ref-trl")  # never written: no training runs
-    args = gt.GRPOConfig(output_dir=out, report_to=[], use_cpu=True, loss_type=loss_type)
+    args = _config(loss_type, options, 1)
     return StandIn(args, Accelerator(cpu=True))  # after GRPOConfig: TrainingArguments resets the state
 
 
-def _loss(loss_type: str) -> Callable[..., torch.Tensor]:
+@functools.cache
+def _stand_in_at_scale(loss_type: str, world_size: int, accumulation: int) -> StandIn:
+    """A stand-in for one of W processes accumulating ``accumulation`` micro-batches per step
+    (``GRPOConfig(gradient_accumulation_steps=M)``, so ``steps_per_generation`` = M, TRL's default)."""
+    return StandIn(_config(loss_type, (), accumulation), _Processes(world_size))
+
+
+def _compute_loss(
+    trainer: StandIn,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    num_items_in_batch: torch.Tensor,
+    ref_logp: torch.Tensor | None = None,
+) -> torch.Tensor:
+    gt = _grpo_module()
+    n, width = mask.shape
+    trainer._logps = logp
+    trainer.max_completion_length = width
+    inputs = {
+        "prompt_ids": torch.ones(n, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(n, 1, dtype=torch.long),
+        "completion_ids": torch.ones(n, width, dtype=torch.long),
+        "completion_mask": mask.to(torch.long),
+        "advantages": advantages,
+        "old_per_token_logps": old_logp,
+        "num_items_in_batch": num_items_in_batch,
+    }
+    if trainer.beta != 0.0:
+        inputs["ref_per_token_logps"] = logp.detach() if ref_logp is None else ref_logp
+    try:
+        out: torch.Tensor = gt.GRPOTrainer._compute_loss(trainer, None, inputs)
+        return out
+    finally:
+        trainer._logps = None
+
+
+def _loss(loss_type: str, **options: Any) -> Callable[..., torch.Tensor]:
+    """``_compute_loss`` of ``GRPOConfig(loss_type=loss_type, **options)``, one process, no accumulation."""
+    frozen = tuple(sorted(options.items()))
+
     def loss(
         logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
-        gt = _grpo_module()
-        trainer = _stand_in(loss_type)
-        n, width = mask.shape
-        trainer._logps = logp
-        trainer.max_completion_length = width
-        inputs = {
-            "prompt_ids": torch.ones(n, 1, dtype=torch.long),
-            "prompt_mask": torch.ones(n, 1, dtype=torch.long),
-            "completion_ids": torch.ones(n, width, dtype=torch.long),
-            "completion_mask": mask.to(torch.long),
-            "advantages": advantages,
-            "old_per_token_logps": old_logp,
-            "num_items_in_batch": mask.sum(),
-        }
-        try:
-            return gt.GRPOTrainer._compute_loss(trainer, None, inputs)
-        finally:
-            trainer._logps = None
+        return _compute_loss(_stand_in(loss_type, frozen), logp, old_logp, advantages, mask, mask.sum())
 
-    loss.__name__ = f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}]"
+    def kl_loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        ref_logp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        trainer = _stand_in(loss_type, frozen)
+        return _compute_loss(trainer, logp, old_logp, advantages, mask, mask.sum(), ref_logp)
+
+    fn = kl_loss if options.get("beta") else loss
+    extra = "".join(f", {k}={v}" for k, v in frozen)
+    fn.__name__ = f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}{extra}]"
+    return fn
+
+
+def _at_scale(loss_type: str) -> Callable[..., torch.Tensor]:
+    """``_compute_loss`` on one of W processes with M accumulation steps: ``num_items_in_batch`` is
+    the generation batch's token count (every process and micro-batch), as the Trainer passes it."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        global_num_tokens: int,
+        world_size: int,
+        micro_batches: int,
+    ) -> torch.Tensor:
+        trainer = _stand_in_at_scale(loss_type, world_size, micro_batches)
+        items = torch.tensor(float(global_num_tokens), dtype=logp.dtype)
+        return _compute_loss(trainer, logp, old_logp, advantages, mask, items)
+
+    loss.__name__ = f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}, W processes, M accumulation steps]"
     return loss
 
 
 _DEFAULT_LOSS = _loss("dapo")
 _GROUP = _advantages("group")
+#: TRL's clip defaults: ``epsilon`` 0.2, ``epsilon_high`` None (= epsilon).
+_EPS = 0.2
 
 
-def _adapter(fn: Callable[..., Any], convention: str, name: str, loss: Callable[..., Any]) -> Adapter:
-    return Adapter(fn, "contiguous", loss=loss, convention=convention, name=f"trl {name}")
+def _ppo(loss_type: str, **kw: Any) -> Objective:
+    return Objective("ppo", eps_low=_EPS, eps_high=kw.pop("eps_high", _EPS), aggregation=loss_type, **kw)
+
+
+#: The objective each ``loss_type`` computes with TRL's defaults, where the oracle has it: PPO's
+#: clipped surrogate with the type's aggregation. ``cispo`` with the default ``epsilon_high`` (0.2)
+#: caps every weight at 0.2, below 1, which no CISPO clip range expresses; ``sapo`` (a sigmoid
+#: gate) and ``vespo`` (Gamma weights) are not in the oracle.
+OBJECTIVES: dict[str, Objective | None] = {
+    t: (_ppo(t) if t in ("dapo", "grpo", "bnpo", "dr_grpo", "luspo") else None) for t in LOSS_TYPES
+}
+
+
+def _adapter(
+    fn: Callable[..., Any],
+    convention: str,
+    name: str,
+    loss: Callable[..., Any],
+    loss_type: str = "dapo",
+    objective: Objective | None = None,
+) -> Adapter:
+    return Adapter(
+        fn,
+        "contiguous",
+        loss=loss,
+        convention=convention,
+        name=f"trl {name}",
+        aggregation=loss_type,
+        objective=objective,
+    )
 
 
 ADAPTERS: dict[str, Adapter] = {
-    "group": _adapter(_GROUP, "trl", "scale_rewards=group", _DEFAULT_LOSS),
-    "batch": _adapter(_advantages("batch"), "trl_batch", "scale_rewards=batch", _DEFAULT_LOSS),
-    "none": _adapter(_advantages("none"), "dr_grpo", "scale_rewards=none", _DEFAULT_LOSS),
+    "group": _adapter(_GROUP, "trl", "scale_rewards=group", _DEFAULT_LOSS, objective=OBJECTIVES["dapo"]),
+    "batch": _adapter(
+        _advantages("batch"), "trl_batch", "scale_rewards=batch", _DEFAULT_LOSS, objective=OBJECTIVES["dapo"]
+    ),
+    "none": _adapter(
+        _advantages("none"), "dr_grpo", "scale_rewards=none", _DEFAULT_LOSS, objective=OBJECTIVES["dapo"]
+    ),
     "normalize_then_sum": Adapter(
         _advantages("group", "normalize_then_sum"),
         "contiguous",
         loss=_DEFAULT_LOSS,
         name="trl multi_objective_aggregation=normalize_then_sum",
+        aggregation="dapo",
+        objective=OBJECTIVES["dapo"],
     ),
 }
 ADAPTERS.update(
     {
-        f"loss[{t}]": _adapter(_GROUP, "trl", f"scale_rewards=group + loss_type={t}", _loss(t))
+        f"loss[{t}]": _adapter(
+            _GROUP, "trl", f"scale_rewards=group + loss_type={t}", _loss(t), t, OBJECTIVES[t]
+        )
         for t in LOSS_TYPES
     }
 )
+#: TRL's importance-sampling level, clip options and KL term, each a GRPOConfig option on a loss type:
+#: ``mode: (loss_type, options, declared objective)``
+VARIANTS: dict[str, tuple[str, dict[str, Any], Objective | None]] = {
+    "loss[dapo, epsilon_high=0.28]": ("dapo", {"epsilon_high": 0.28}, _ppo("dapo", eps_high=0.28)),
+    # delta (INTELLECT-2's two-sided clip) caps r at delta inside the min: for A < 0 it is a dual clip
+    "loss[dapo, delta=1.5]": ("dapo", {"delta": 1.5}, _ppo("dapo", dual_clip=1.5)),
+    "loss[cispo, epsilon_high=5]": (
+        "cispo",
+        {"epsilon_high": 5.0},
+        Objective("cispo", eps_low=math.inf, eps_high=4.0, aggregation="cispo"),
+    ),
+    "loss[grpo, sequence]": (
+        "grpo",
+        {"importance_sampling_level": "sequence"},
+        Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="grpo"),
+    ),
+    "loss[dapo, sequence]": (
+        "dapo",
+        {"importance_sampling_level": "sequence"},
+        Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="dapo"),
+    ),
+    "loss[luspo, sequence]": (
+        "luspo",
+        {"importance_sampling_level": "sequence"},
+        Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="luspo"),
+    ),
+    "loss[dapo, beta=0.04, use_bias_correction_kl=False]": (
+        "dapo",
+        {"beta": 0.04, "use_bias_correction_kl": False},
+        _ppo("dapo", kl="k3", kl_coef=0.04),
+    ),
+    # the default use_bias_correction_kl=True multiplies k3 by the (differentiable) ratio: not in the oracle
+    "loss[dapo, beta=0.04]": ("dapo", {"beta": 0.04}, None),
+}
+ADAPTERS.update(
+    {
+        mode: _adapter(
+            _GROUP,
+            "trl",
+            "scale_rewards=group + loss_type=" + mode.removeprefix("loss[").removesuffix("]"),
+            _loss(loss_type, **options),
+            loss_type,
+            objective,
+        )
+        for mode, (loss_type, options, objective) in VARIANTS.items()
+    }
+)
+
+#: What the loss types and variants without an oracle objective compute (the objective cell).
+OBJECTIVE_NOTES: dict[str, str] = {
+    "loss[cispo]": "cispo weight min(r, 0.2): the default epsilon_high = 0.2 < 1 caps every weight below 1",
+    "loss[sapo]": "sapo: sigmoid gate 4/tau sigmoid(tau (r - 1)), not in the oracle",
+    "loss[vespo]": "vespo: Gamma weights of the sequence ratio, not in the oracle",
+    "loss[dapo, beta=0.04]": "ppo clip [0.8, 1.2] + 0.04 r k3 KL (use_bias_correction_kl): gradient "
+    "0.04 r (logp - ref), not in the oracle",
+}
+
+#: The objective variants are checked on their loss only (their advantage is the ``group`` row's);
+#: with a KL term the loss has a gradient at ratio 1 beyond the policy's, so only the objective.
+LOSS_ONLY: dict[str, tuple[str, ...]] = {
+    mode: ("loss_objective",)
+    if "beta" in options and objective is not None
+    else ("loss_ignores_padding",)
+    if "beta" in options
+    else ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+    for mode, (_t, options, objective) in VARIANTS.items()
+}
+
+#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
+AT_SCALE = types.SimpleNamespace(**{t: _at_scale(t) for t in LOSS_TYPES})
+_HOW = "num_items_in_batch, num_processes, gradient_accumulation_steps"
+_SCALE: dict[str, ScaleOut] = {
+    t: ScaleOut(
+        t,
+        resolve_aggregation(t),
+        constant=HORIZON if t == "dr_grpo" else None,
+        how=_HOW,
+    )
+    for t in LOSS_TYPES
+}
+#: The level-5 column: every ``loss_type`` on W processes with M accumulation steps (the advantage
+#: rows use the default ``dapo``).
+SCALEOUT: dict[str, ScaleOut | str] = {
+    **{mode: _SCALE["dapo"] for mode in ("group", "batch", "none", "normalize_then_sum")},
+    **{f"loss[{t}]": _SCALE[t] for t in LOSS_TYPES},
+}
 
 NOT_APPLICABLE: dict[str, str] = {
     "dapo_filter": "TRL 1.16 has no DAPO dynamic sampling: silent groups stay in the batch with advantage 0",

@@ -25,6 +25,7 @@ token-level signature (layout ``token``: the reward on each response's last vali
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -32,10 +33,23 @@ import numpy as np
 import torch
 
 from sigma_ref.conformance import Adapter
+from sigma_ref.conformance.scaleout import HORIZON
+from sigma_ref.objectives import KL, Objective
 
-from ._peers import Peer, lazy, per_token
+from ._peers import Peer, ScaleOut, lazy, per_token
 
-__all__ = ["PEER", "ADAPTERS", "NOT_APPLICABLE", "LOSS_AGG_MODES", "available", "unavailable"]
+__all__ = [
+    "PEER",
+    "ADAPTERS",
+    "NOT_APPLICABLE",
+    "LOSS_AGG_MODES",
+    "LOSS_ONLY",
+    "OBJECTIVE_NOTES",
+    "SCALEOUT",
+    "AT_SCALE",
+    "available",
+    "unavailable",
+]
 
 PEER = Peer("verl", "verl", "0.9.1", title="verl")
 
@@ -87,7 +101,8 @@ def _estimator(name: str, **options: Any) -> Callable[[torch.Tensor, np.ndarray]
             index=np.asarray(index),
             **options,
         )
-        return adv[:, 0]
+        out: torch.Tensor = adv[:, 0]
+        return out
 
     advantages.__name__ = f"verl_{name}"
     return advantages
@@ -109,17 +124,112 @@ def _token_estimator(name: str, **options: Any) -> Callable[..., Any]:
     return advantages
 
 
-def _policy_loss(mode: str) -> Callable[..., torch.Tensor]:
+def _verl_loss(
+    loss_mode: str,
+    agg: str,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    global_info: dict[str, Any] | None = None,
+    kl: str | None = None,
+    kl_coef: float = 0.0,
+    ref_logp: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """verl's actor loss as ``workers/utils/losses.py:ppo_loss`` computes it: the registered policy
+    loss ``loss_mode`` with ``config.global_batch_info`` set (cleared again after the call), plus
+    ``kl_coef * agg_loss(kl_penalty(logp, ref_logp, kl))`` when ``kl`` is given."""
+    ca = _core_algos()
+    config = _actor_config()
+    info = config.global_batch_info
+    info.clear()
+    info.update(global_info or {})
+    try:
+        out: torch.Tensor
+        out, _metrics = ca.get_policy_loss_fn(loss_mode)(
+            old_log_prob=old_logp,
+            log_prob=logp,
+            advantages=per_token(advantages, mask),
+            response_mask=mask,
+            loss_agg_mode=agg,
+            config=config,
+        )
+        if kl is not None:
+            ref = logp.detach() if ref_logp is None else ref_logp
+            kld = ca.kl_penalty(logprob=logp, ref_logprob=ref, kl_penalty=kl)
+            out = out + kl_coef * ca.agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=agg, **info)
+    finally:
+        info.clear()
+    return out
+
+
+def _policy_loss(mode: str, loss_mode: str = "vanilla") -> Callable[..., torch.Tensor]:
     def loss(
         logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
-        out, _metrics = _core_algos().compute_policy_loss_vanilla(
-            old_logp, logp, per_token(advantages, mask), mask, loss_agg_mode=mode, config=_actor_config()
-        )
-        return out
+        return _verl_loss(loss_mode, mode, logp, old_logp, advantages, mask)
 
-    loss.__name__ = f"verl_policy_loss_vanilla[{mode}]"
+    loss.__name__ = f"verl_policy_loss_{loss_mode}[{mode}]"
     return loss
+
+
+def _kl_loss(kl: str, coef: float) -> Callable[..., torch.Tensor]:
+    """The vanilla policy loss (token-mean) plus verl's KL loss ``kl_loss_type=kl``."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        ref_logp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return _verl_loss(
+            "vanilla", "token-mean", logp, old_logp, advantages, mask, kl=kl, kl_coef=coef, ref_logp=ref_logp
+        )
+
+    loss.__name__ = f"verl_policy_loss_vanilla+kl_loss[{kl}, coef={coef:g}]"
+    return loss
+
+
+def _at_scale(mode: str) -> Callable[..., torch.Tensor]:
+    """The vanilla policy loss with the global batch info verl's engine puts in ``global_batch_info``:
+    ``dp_size``, ``batch_num_tokens`` (the loss-mask sum all-reduced over the DP group) and
+    ``global_batch_size`` (the sequences of the global mini-batch); ``loss_scale_factor`` unset."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        dp_size: int,
+        global_num_tokens: int,
+        global_num_seqs: int,
+    ) -> torch.Tensor:
+        info = {
+            "dp_size": dp_size,
+            "batch_num_tokens": global_num_tokens,
+            "global_batch_size": global_num_seqs,
+        }
+        return _verl_loss("vanilla", mode, logp, old_logp, advantages, mask, global_info=info)
+
+    loss.__name__ = f"verl_policy_loss_vanilla[{mode}, global_batch_info]"
+    return loss
+
+
+#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
+AT_SCALE = types.SimpleNamespace(**{mode: _at_scale(mode) for mode in LOSS_AGG_MODES})
+
+#: verl's PPO defaults (``ActorConfig``): clip_ratio 0.2 both sides, dual clip ``clip_ratio_c`` 3.0.
+_EPS, _DUAL = 0.2, 3.0
+#: The KL coefficient of the ``kl[...]`` rows (verl's default ``kl_loss_coef`` is 0.001; 0.1 makes
+#: the term a visible part of the gradient).
+KL_COEF = 0.1
+
+
+def _ppo(mode: str) -> Objective:
+    return Objective("ppo", eps_low=_EPS, eps_high=_EPS, dual_clip=_DUAL, aggregation=mode)
 
 
 _GRPO = _estimator("grpo", norm_adv_by_std_in_grpo=True)
@@ -127,9 +237,24 @@ _DEFAULT_LOSS = _policy_loss("token-mean")
 
 
 def _adapter(
-    fn: Callable[..., Any], convention: str, name: str, loss: Callable[..., Any] | None, **kw: Any
+    fn: Callable[..., Any],
+    convention: str,
+    name: str,
+    loss: Callable[..., Any] | None,
+    aggregation: str = "token-mean",
+    **kw: Any,
 ) -> Adapter:
-    return Adapter(fn, "index", loss=loss, convention=convention, ragged=True, name=f"verl {name}", **kw)
+    kw.setdefault("objective", _ppo(aggregation))
+    return Adapter(
+        fn,
+        "index",
+        loss=loss,
+        convention=convention,
+        ragged=True,
+        name=f"verl {name}",
+        aggregation=aggregation,
+        **kw,
+    )
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -179,7 +304,90 @@ ADAPTERS.update(
     }
 )
 
+# verl's policy-loss registry (core_algos.POLICY_LOSS_REGISTRY, actor.policy_loss.loss_mode), each with
+# the default loss_agg_mode token-mean; declared where the oracle has the objective (GPG's -A log pi
+# is CISPO with the weight clipped to [1, 1])
+_REGISTRY_OBJECTIVES: dict[str, Objective | None] = {
+    "gspo": Objective("gspo", eps_low=_EPS, eps_high=_EPS),
+    "cispo": Objective("cispo", eps_low=_EPS, eps_high=_EPS),
+    "gpg": Objective("cispo", eps_low=0.0, eps_high=0.0),
+    "bypass_mode": _ppo("token-mean"),
+    "sapo": None,
+    "geo_mean": None,
+    "clip_cov": None,
+    "kl_cov": None,
+    "dppo_tv": None,
+    "dppo_kl": None,
+}
+ADAPTERS.update(
+    {
+        f"policy[{name}]": _adapter(
+            _GRPO,
+            "verl",
+            f"grpo + policy loss_mode={name}",
+            _policy_loss("token-mean", name),
+            objective=objective,
+        )
+        for name, objective in _REGISTRY_OBJECTIVES.items()
+    }
+)
+# verl's KL loss (actor.use_kl_loss, kl_loss_type; "+" is k2's gradient under the estimator's value),
+# added to the vanilla policy loss as workers/utils/losses.py:ppo_loss adds it
+_KL_TYPES: dict[str, KL] = {"kl": "k1", "mse": "k2", "low_var_kl": "k3", "k3+": "k2"}
+ADAPTERS.update(
+    {
+        f"kl[{kl}]": _adapter(
+            _GRPO,
+            "verl",
+            f"grpo + vanilla + kl_loss_type={kl}, kl_loss_coef={KL_COEF:g}",
+            _kl_loss(kl, KL_COEF),
+            objective=Objective(
+                "ppo",
+                eps_low=_EPS,
+                eps_high=_EPS,
+                dual_clip=_DUAL,
+                kl=est,
+                kl_coef=KL_COEF,
+            ),
+        )
+        for kl, est in _KL_TYPES.items()
+    }
+)
+
+#: What the registry's losses without an oracle objective compute (the objective cell).
+OBJECTIVE_NOTES: dict[str, str] = {
+    "policy[sapo]": "sapo: sigmoid gate 4/tau sigmoid(tau (r - 1)), not in the oracle",
+    "policy[geo_mean]": "geo_mean (GMPO): clipped geometric mean of the token ratios, not in the oracle",
+    "policy[clip_cov]": "clip_cov: PPO clip with covariance-selected tokens unclipped, not in the oracle",
+    "policy[kl_cov]": "kl_cov: KL penalty on covariance-selected tokens, not in the oracle",
+    "policy[dppo_tv]": "dppo_tv: divergence-based trust region (TV), not in the oracle",
+    "policy[dppo_kl]": "dppo_kl: divergence-based trust region (KL), not in the oracle",
+}
+
+#: The loss properties the matrix runs on the objective variants (their advantage is ``grpo``'s).
+_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+LOSS_ONLY: dict[str, tuple[str, ...]] = {
+    **{f"policy[{name}]": _LOSS_PROPERTIES for name in _REGISTRY_OBJECTIVES},
+    # a KL term has a gradient at ratio 1 too: only the objective property applies
+    **{f"kl[{kl}]": ("loss_objective",) for kl in _KL_TYPES},
+}
+
+_HOW = "dp_size, batch_num_tokens, global_batch_size in global_batch_info"
+_SCALE: dict[str, ScaleOut] = {
+    mode: ScaleOut(mode, mode, constant=HORIZON if mode == "seq-mean-token-sum-norm" else None, how=_HOW)
+    for mode in LOSS_AGG_MODES
+}
+#: The level-5 column: the vanilla loss of every row in each ``loss_agg_mode``, with verl's global
+#: counts (seq-mean-token-sum-norm's constant is the padded width, ``loss_scale_factor`` unset).
+SCALEOUT: dict[str, ScaleOut | str] = {
+    **{
+        mode: _SCALE["token-mean"] for mode in ADAPTERS if ADAPTERS[mode].loss is not None and "[" not in mode
+    },
+    **{f"loss[{mode}]": _SCALE[mode] for mode in LOSS_AGG_MODES},
+}
+
 NOT_APPLICABLE: dict[str, str] = {
     "dapo_filter": "verl's DAPO group filter (drop a group iff np.std == 0, size > 1) lives in the v1 "
     "replay buffer (trainer/ppo/v1/replay_buffer.py) on TransferQueue and cannot be driven on its own",
+    "policy[dro]": "loss_mode=dro needs policy_loss.dro_beta, which has no default (verl raises without it)",
 }
