@@ -27,6 +27,7 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
 from ..conventions import PAPER, PRESETS, Convention
@@ -144,10 +145,10 @@ def _call(adapter: Adapter, batch: Batch) -> np.ndarray | None:
     return out if out.shape == (batch.n,) else None
 
 
-def _divisors(c: np.ndarray, a: np.ndarray) -> np.ndarray:
+def _divisors(c: npt.NDArray[np.float64], a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Least-squares ``d`` per row with ``c = d * a`` (rows of ``[B, G]``)."""
-    num = (c * c).sum(-1)
-    den = (c * a).sum(-1)
+    num: npt.NDArray[np.float64] = (c * c).sum(-1)
+    den: npt.NDArray[np.float64] = (c * a).sum(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return num / den
 
@@ -438,17 +439,36 @@ def _detect(adapter: Adapter) -> Detection:
     silent = _behaviour(None if probe is None else probe[:4])
     if silent != "zero":
         notes.append(f"a silent group [1,1,1,1] gets {silent} advantages, not 0")
-    extra = {"precision": precision, "residual": residual}
     if family == "unknown":
         singleton = _singleton(adapter, None)
         return Detection(
-            family, None, None, PAPER.name, ("structure",), silent, singleton, tuple(notes), **extra
+            family,
+            None,
+            None,
+            PAPER.name,
+            ("structure",),
+            silent,
+            singleton,
+            tuple(notes),
+            precision=precision,
+            residual=residual,
         )
     if family == "rloo":
         singleton = _singleton(adapter, None)
         preset = "rloo" if silent == "zero" else None
-        differences = () if preset else ("silent groups",)
-        return Detection(family, None, preset, "rloo", differences, silent, singleton, tuple(notes), **extra)
+        differences: tuple[str, ...] = () if preset else ("silent groups",)
+        return Detection(
+            family,
+            None,
+            preset,
+            "rloo",
+            differences,
+            silent,
+            singleton,
+            tuple(notes),
+            precision=precision,
+            residual=residual,
+        )
     eps, placement, silent_below = (0.0, "add", 0.0) if scale == "none" else _eps(adapter, ddof, scale, notes)
     conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)  # type: ignore[arg-type]
     singleton = _singleton(adapter, conv)
@@ -457,15 +477,15 @@ def _detect(adapter: Adapter) -> Detection:
     else:
         notes.append(f"a group of one response gets {singleton} advantages")
     ranked = []
-    for order, (name, preset) in enumerate(PRESETS.items()):
-        diff = _matches(conv, preset)
-        if singleton not in ("error", "zero", "unit_std") and preset.singleton != "error":
+    for order, (name, candidate) in enumerate(PRESETS.items()):
+        diff = _matches(conv, candidate)
+        if singleton not in ("error", "zero", "unit_std") and candidate.singleton != "error":
             diff = [d for d in diff if not d.startswith("singleton")]
-            diff.append(f"singleton {singleton} vs {preset.singleton}")
+            diff.append(f"singleton {singleton} vs {candidate.singleton}")
         if silent != "zero":
             diff.append(f"silent groups {silent} vs zero")
         # fewest differing fields first; ties go to the preset whose eps matches exactly
-        same_eps = conv.scale == "none" or math.isclose(conv.eps, preset.eps, rel_tol=0.05, abs_tol=0.0)
+        same_eps = conv.scale == "none" or math.isclose(conv.eps, candidate.eps, rel_tol=0.05, abs_tol=0.0)
         ranked.append((len(diff), 0 if same_eps else 1, order, name, tuple(diff)))
     ranked.sort()
     n_diff, _, _, nearest, differences = ranked[0]
