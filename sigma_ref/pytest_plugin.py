@@ -182,8 +182,11 @@ class _Progress:
         self.fh.flush()
 
 
+_PROGRESS_KEY = pytest.StashKey[_Progress]()
+
+
 def _progress(config: pytest.Config) -> _Progress | None:
-    return getattr(config, "_sigma_ref_progress", None)
+    return config.stash.get(_PROGRESS_KEY, None)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -201,7 +204,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from sigma_ref.conformance import guard
 
         progress = _Progress(path, config)
-        config._sigma_ref_progress = progress  # type: ignore[attr-defined]
+        config.stash[_PROGRESS_KEY] = progress
         progress.write("configured")
 
         def stop(message: str) -> None:  # a hang the time limit cannot interrupt: end the child
@@ -279,11 +282,14 @@ class _State(TypedDict):
     seed: int | None
 
 
+_STATE_KEY = pytest.StashKey[_State]()
+
+
 def _state(config: pytest.Config) -> _State:
-    state: _State | None = getattr(config, "_sigma_ref_state", None)
+    state = config.stash.get(_STATE_KEY, None)
     if state is None:
         state = {"outcomes": [], "start": time.perf_counter(), "context": None, "seed": None}
-        config._sigma_ref_state = state  # type: ignore[attr-defined]
+        config.stash[_STATE_KEY] = state
     return state
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
-from ..conventions import PAPER, PRESETS, Convention
+from ..conventions import PAPER, PRESETS, Convention, EpsPlacement, Scale
 from .adapter import Adapter, Batch
 from .guard import ImplementationError, call_guarded
 from .precision import precision_from_residual
@@ -175,7 +175,7 @@ def _behaviour(values: np.ndarray | None) -> str:
     return "zero" if (values == 0).all() else "nonzero"
 
 
-def _structure(adapter: Adapter, notes: list[str]) -> tuple[str, int, str]:
+def _structure(adapter: Adapter, notes: list[str]) -> tuple[str, int, Scale]:
     """Family, ddof and scale from the structure probes."""
     R = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 1.0, 0.0]])
     a = _call(adapter, Batch.grouped(R))
@@ -270,7 +270,7 @@ def _spread_filter(adapter: Adapter, base: Convention, notes: list[str]) -> tupl
     return std, hi
 
 
-def _eps(adapter: Adapter, ddof: int, scale: str, notes: list[str]) -> tuple[float, str, float]:
+def _eps(adapter: Adapter, ddof: int, scale: Scale, notes: list[str]) -> tuple[float, EpsPlacement, float]:
     """Eps, its placement and a spread filter's threshold, from the tiny-std probes.
 
     A group of std ``4e-13`` measures eps as ``d - std``. Where the implementation returns 0
@@ -313,7 +313,7 @@ def _eps(adapter: Adapter, ddof: int, scale: str, notes: list[str]) -> tuple[flo
     d10 = float(_divisors(as_numpy(dr_grpo_advantage(R10)), a10.reshape(R10.shape))[0])
     if abs(d10 / eps - math.sqrt(101)) < 0.005:  # d = sqrt(std^2 + eps^2)
         notes.append(f"d = sqrt(var + {eps * eps:.2g}) fits the probes: eps is inside the sqrt")
-    placement = "floor" if abs(d10 / eps - 10) < abs(d10 / eps - 11) else "add"
+    placement: EpsPlacement = "floor" if abs(d10 / eps - 10) < abs(d10 / eps - 11) else "add"
     if min(abs(d10 / eps - 10), abs(d10 / eps - 11)) > 0.05:
         notes.append(
             f"d = {d10 / eps:.4g} eps for a group with std = 10 eps: neither std + eps nor max(std, eps)"
@@ -469,8 +469,10 @@ def _detect(adapter: Adapter) -> Detection:
             precision=precision,
             residual=residual,
         )
+    eps: float
+    placement: EpsPlacement
     eps, placement, silent_below = (0.0, "add", 0.0) if scale == "none" else _eps(adapter, ddof, scale, notes)
-    conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)  # type: ignore[arg-type]
+    conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)
     singleton = _singleton(adapter, conv)
     if singleton in ("error", "zero", "unit_std"):
         conv = conv.replace(singleton=singleton)

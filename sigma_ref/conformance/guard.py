@@ -216,7 +216,10 @@ def _describe(exc: BaseException, limit: float, what: str) -> ImplementationErro
 
 
 _IGNORE_ALL = [("ignore", None, Warning, None, 0)]
-_filters_mutated = getattr(warnings, "_filters_mutated", None)
+#: CPython's private hook that tells the warnings module its filter list changed; ``_Silenced``
+#: (which needs it) is used only where Python has it.
+_HAS_FILTERS_MUTATED = hasattr(warnings, "_filters_mutated")
+_filters_mutated: Callable[[], None] = getattr(warnings, "_filters_mutated", lambda: None)
 
 
 class _Silenced:
@@ -227,11 +230,11 @@ class _Silenced:
     def __enter__(self) -> None:
         self.saved = warnings.filters
         warnings.filters = _IGNORE_ALL
-        _filters_mutated()  # type: ignore[misc]
+        _filters_mutated()
 
     def __exit__(self, *exc: Any) -> None:
         warnings.filters = self.saved
-        _filters_mutated()  # type: ignore[misc]
+        _filters_mutated()
 
 
 class _CatchAll:
@@ -248,7 +251,7 @@ class _CatchAll:
         self.cm.__exit__(*exc)
 
 
-_Silence = _Silenced if _filters_mutated is not None else _CatchAll
+_Silence = _Silenced if _HAS_FILTERS_MUTATED else _CatchAll
 
 
 def _call_name(fn: Callable[..., Any], what: str | Callable[[], str] | None) -> str:
