@@ -1,5 +1,6 @@
 # make demo: set up .venv and run the main job; make test: the fast tier (unit, property and proof
-# tests, no slow ones); make test-all: every test, with the peers installed (what CI runs).
+# tests, no slow ones); make test-all: the lint (ruff, mypy --strict) and every test, with the
+# peers installed (what CI runs); make lint: ruff and mypy only.
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
@@ -28,12 +29,15 @@ demo: install
 test: install
 	$(PY) -m pytest -m "not slow"
 
-test-all: install peers
+# lint first: a type error or an unformatted file fails CI before the long test run starts
+test-all: install peers lint
 	$(PY) -m pytest
 
+# mypy reads [tool.mypy] in pyproject.toml: sigma_ref/, strict
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 readme: install
 	$(PY) tests/readme_blocks.py --write

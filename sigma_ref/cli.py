@@ -14,14 +14,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 __all__ = ["main"]
 
 #: Exit status for bad input of any kind (argparse uses 2 for bad options too).
 BAD_INPUT = 2
 
+_Number = TypeVar("_Number", int, float)
 
-def _one(values: list | None, default: float, name: str) -> float:
+
+def _one(values: Sequence[_Number] | None, default: _Number, name: str) -> _Number:
     if values is None:
         return default
     if len(values) != 1:
@@ -85,7 +88,7 @@ def _audit(args: argparse.Namespace) -> int:
     live = np.flatnonzero((cols.p > 0) & (cols.p < 1))
     worst = live[np.argsort(-cols.silent_rate[live], kind="stable")[: args.top]]
     closed, exact = audit.group_sizes(cols.p[worst], eps)
-    body = [
+    body: list[tuple[str, ...]] = [
         (
             str(i + 1),
             audit.format_rate(cols.p[i]),
@@ -131,7 +134,7 @@ def _audit_rollouts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_audit(sub: argparse._SubParsersAction) -> None:
+def _add_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "audit",
         help="silent-group waste and group-size law for pass rates or a rollout log",
@@ -208,7 +211,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def _add_reproduce(sub: argparse._SubParsersAction) -> None:
+def _add_reproduce(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from_text = (
         "the paper's exact group-size table and its controlled experiment (6,000 Bernoulli-logit prompts)"
     )
@@ -249,32 +252,32 @@ def _conventions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_conventions(sub: argparse._SubParsersAction) -> None:
+def _add_conventions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("conventions", help="list the preset conventions (ddof, eps, scale, ...)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     p.set_defaults(run=_conventions)
 
 
-def _add_check(sub: argparse._SubParsersAction) -> None:
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from .conformance.cli import add_check
 
     add_check(sub)
 
 
-def _add_detect(sub: argparse._SubParsersAction) -> None:
+def _add_detect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from .conformance.cli import add_detect
 
     add_detect(sub)
 
 
-def _add_matrix(sub: argparse._SubParsersAction) -> None:
+def _add_matrix(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from .conformance.matrix import add_matrix
 
     add_matrix(sub)
 
 
 #: Sub-command name -> its registrar (adds the parser and sets ``run``).
-COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = {
     "audit": _add_audit,
     "reproduce": _add_reproduce,
     "conventions": _add_conventions,

@@ -119,6 +119,7 @@ class Convention:
         >>> PAPER.replace(name="paper-ddof1", ddof=1).ddof
         1
         """
+        # any value is accepted here and checked by __post_init__ (with the error naming the field)
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     def describe(self) -> str:

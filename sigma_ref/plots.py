@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["FIGSIZE", "DPI", "PNG_SIZE", "plot_pass_rates", "plot_rollouts", "plot_experiment"]
 
@@ -69,12 +70,13 @@ def _hist_panel(ax: Any, p: np.ndarray) -> None:
     ax.set(xlabel="pass rate p", ylabel="prompts", title=f"Pass rates ({p.size:,} prompts)")
 
 
-def _silent_closed(p: np.ndarray, Gs: np.ndarray) -> np.ndarray:
+def _silent_closed(p: np.ndarray, Gs: np.ndarray) -> npt.NDArray[np.float64]:
     from .difficulty import silent_group_rate
 
     values, counts = np.unique(p, return_counts=True)
     rates = np.asarray(silent_group_rate(values[:, None], Gs[None, :]))
-    return (rates * counts[:, None]).sum(axis=0) / counts.sum()
+    total: npt.NDArray[np.float64] = (rates * counts[:, None]).sum(axis=0)  # per G, over prompts
+    return total / int(counts.sum())
 
 
 def plot_pass_rates(p: Any, G: int, path: str) -> None:

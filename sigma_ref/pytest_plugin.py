@@ -45,9 +45,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pytest
+
+if TYPE_CHECKING:
+    from sigma_ref.conformance.properties import Context, Outcome
 
 #: The suite's hypothesis profiles (module doc), in their own namespace: hypothesis itself
 #: registers (and under ``CI`` loads) a profile called ``ci``.
@@ -73,8 +76,10 @@ def register_profiles() -> None:
         return
     slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
     for name, kw in PROFILES.items():
-        extra = {} if name == "sigma-ref-dev" else {"suppress_health_check": slow}
-        settings.register_profile(name, **kw, **extra)
+        if name == "sigma-ref-dev":
+            settings.register_profile(name, **kw)
+        else:
+            settings.register_profile(name, **kw, suppress_health_check=slow)
 
 
 def load_suite_profile(config: pytest.Config) -> None:
@@ -177,8 +182,11 @@ class _Progress:
         self.fh.flush()
 
 
+_PROGRESS_KEY = pytest.StashKey[_Progress]()
+
+
 def _progress(config: pytest.Config) -> _Progress | None:
-    return getattr(config, "_sigma_ref_progress", None)
+    return config.stash.get(_PROGRESS_KEY, None)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -196,7 +204,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from sigma_ref.conformance import guard
 
         progress = _Progress(path, config)
-        config._sigma_ref_progress = progress  # type: ignore[attr-defined]
+        config.stash[_PROGRESS_KEY] = progress
         progress.write("configured")
 
         def stop(message: str) -> None:  # a hang the time limit cannot interrupt: end the child
@@ -218,7 +226,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     progress = _PROGRESS[0]
     if progress is None:
         return
-    outcome = report.outcome
+    outcome: str = report.outcome
     if report.skipped and hasattr(report, "wasxfail"):
         outcome = "xfailed"
     before = progress.outcomes.get(report.nodeid)
@@ -265,11 +273,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 _PROGRESS: list[_Progress | None] = [None]
 
 
-def _state(config: pytest.Config) -> dict[str, Any]:
-    state = getattr(config, "_sigma_ref_state", None)
+class _State(TypedDict):
+    """What a run of the suite keeps on its config: outcomes, start time, context, seed."""
+
+    outcomes: list[Outcome]
+    start: float
+    context: Context | None
+    seed: int | None
+
+
+_STATE_KEY = pytest.StashKey[_State]()
+
+
+def _state(config: pytest.Config) -> _State:
+    state = config.stash.get(_STATE_KEY, None)
     if state is None:
         state = {"outcomes": [], "start": time.perf_counter(), "context": None, "seed": None}
-        config._sigma_ref_state = state  # type: ignore[attr-defined]
+        config.stash[_STATE_KEY] = state
     return state
 
 
@@ -311,7 +331,7 @@ def conformance_context(config: pytest.Config) -> Any:
         forced = config.getoption("hypothesis_seed", None)
         if forced is not None:
             state["seed"] = int(forced)
-        elif not settings.default.derandomize:
+        elif not settings().derandomize:  # settings() holds the loaded profile's values
             state["seed"] = new_seed()
     return state["context"]
 
@@ -365,11 +385,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     seconds = time.perf_counter() - state["start"]
     profile = settings.get_current_profile_name()
-    kw = {"seed": state["seed"], "profile": profile, "seconds": seconds}
+    context, outcomes, seed = state["context"], state["outcomes"], state["seed"]
     terminalreporter.write_sep("=", "sigma-ref conformance")
-    terminalreporter.write_line(summary(state["context"], state["outcomes"], **kw))
+    terminalreporter.write_line(summary(context, outcomes, seed=seed, profile=profile, seconds=seconds))
     path = config.getoption("sigma_ref_report")
     if path:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(to_json(report_dict(state["context"], state["outcomes"], **kw)) + "\n")
+            report = report_dict(context, outcomes, seed=seed, profile=profile, seconds=seconds)
+            fh.write(to_json(report) + "\n")
         terminalreporter.write_line(f"report written to {path}")

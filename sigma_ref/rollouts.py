@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["Rollouts", "read_rollouts", "rollout_counts", "subsampled_silent_rate"]
 
@@ -84,15 +85,15 @@ class Rollouts:
     path: str
     rows: int
     prompts: np.ndarray
-    n: np.ndarray
-    k: np.ndarray
-    group_n: np.ndarray
-    group_k: np.ndarray
-    group_prompt: np.ndarray
+    n: npt.NDArray[np.int64]
+    k: npt.NDArray[np.int64]
+    group_n: npt.NDArray[np.int64]
+    group_k: npt.NDArray[np.int64]
+    group_prompt: npt.NDArray[np.int64]
     group_source: str
 
     @property
-    def p(self) -> np.ndarray:
+    def p(self) -> npt.NDArray[np.float64]:
         """Per-prompt pass rate ``k / n``."""
         return self.k / self.n
 
@@ -222,21 +223,26 @@ def _read_table(path: str, fmt: str, columns: list[str], progress: bool | None) 
     return table
 
 
-def _correct(path: str, rewards: Any, name: str, threshold: float | None) -> np.ndarray:
+def _numpy(column: Any) -> npt.NDArray[Any]:
+    """A pyarrow array's values as a numpy array (copied where Arrow's layout differs)."""
+    return np.asarray(column.to_numpy(zero_copy_only=False))
+
+
+def _correct(path: str, rewards: Any, name: str, threshold: float | None) -> npt.NDArray[np.int8]:
     """Per-row correctness from the reward column, as int8."""
     pa = _pyarrow()
     if rewards.null_count:
         raise ValueError(f"{path}: {rewards.null_count} rows have no {name!r}; every rollout needs a reward")
     kind = rewards.type
     if pa.types.is_boolean(kind):
-        return rewards.to_numpy(zero_copy_only=False).astype(np.int8)
+        return _numpy(rewards).astype(np.int8)
     if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         sample = rewards.slice(0, 1).to_pylist()
         raise ValueError(
             f"{path}: column {name!r} holds {kind} (e.g. {sample[0]!r}), not numbers; rewards must be "
             "numbers or booleans (a column mixing numbers and text reads as text)"
         )
-    values = rewards.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    values = _numpy(rewards).astype(np.float64, copy=False)
     if threshold is not None:
         if not np.isfinite(values).all():
             raise ValueError(f"{path}: column {name!r} holds NaN or infinite rewards")
@@ -251,17 +257,20 @@ def _correct(path: str, rewards: Any, name: str, threshold: float | None) -> np.
     return values.astype(np.int8)
 
 
-def _codes(column: Any) -> tuple[np.ndarray, np.ndarray]:
+def _codes(column: Any) -> tuple[npt.NDArray[np.int64], np.ndarray]:
     """Dense integer codes of a column's values (in order of first appearance) and the values."""
     import pyarrow.compute as pc
 
     encoded = pc.dictionary_encode(column.combine_chunks() if hasattr(column, "combine_chunks") else column)
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_numpy(
-        zero_copy_only=False
-    )
+    return _numpy(encoded.indices).astype(np.int64), _numpy(encoded.dictionary)
 
 
-def rollout_counts(prompt: np.ndarray, correct: np.ndarray, group: np.ndarray | None = None) -> tuple:
+_Counts = npt.NDArray[np.int64]
+
+
+def rollout_counts(
+    prompt: np.ndarray, correct: np.ndarray, group: np.ndarray | None = None
+) -> tuple[_Counts, _Counts, _Counts, _Counts, _Counts]:
     """Per-prompt ``(n, k)`` and the logged groups from integer codes, all vectorised.
 
     ``prompt``: integer prompt code per row; ``correct``: 0/1 per row; ``group``: integer

@@ -43,9 +43,10 @@ sqrt(3)/4
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import sympy as sp
+from sympy import Expr
 
 __all__ = [
     # symbols
@@ -104,8 +105,9 @@ __all__ = [
     "aggregation_weight",
 ]
 
-Expr = sp.Expr
-Value = sp.Expr | int
+#: What the functions accept in place of a symbol: a sympy expression or a Python int
+#: (sympy ships no type information, so to mypy ``Expr`` is ``Any``).
+Value: TypeAlias = Expr | int
 
 k = sp.Symbol("k", integer=True, nonnegative=True)
 G = sp.Symbol("G", integer=True, positive=True)

@@ -572,10 +572,10 @@ def load_object(target: str, what: str = "--impl") -> Any:
         )
     module_name, _, attr = target.partition(":")
     try:
-        found = importlib.util.find_spec(module_name)
+        missing = importlib.util.find_spec(module_name) is None
     except Exception:  # a parent package that cannot be imported: the import below says why
-        found = True
-    if found is None:
+        missing = False
+    if missing:
         raise ValueError(
             f"{what}={target!r}: cannot import {module_name!r} (no module named {module_name!r})"
         )

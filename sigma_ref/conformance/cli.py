@@ -286,7 +286,7 @@ def _crash_site(err: str) -> tuple[str, str]:
     ('adv (/m/impl.py:61) -> string_at (/c/ctypes.py:5)', 'before')
     """
     head, _, dump = err.partition("Fatal Python error: ")
-    frames = []
+    frames: list[str] = []
     for line in dump.splitlines():
         m = _FRAME.match(line)
         if m is None:
@@ -299,7 +299,7 @@ def _crash_site(err: str) -> tuple[str, str]:
     return " -> ".join(reversed(frames[:3])), head.rstrip("\n")
 
 
-def add_check(sub: argparse._SubParsersAction) -> None:
+def add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``sigma-ref check``."""
     p = sub.add_parser(
         "check",
@@ -439,7 +439,7 @@ def _detect(args: argparse.Namespace) -> int:
 _DETECT_DONE = "sigma-ref detect: done"
 
 
-def add_detect(sub: argparse._SubParsersAction) -> None:
+def add_detect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``sigma-ref detect``."""
     p = sub.add_parser(
         "detect",

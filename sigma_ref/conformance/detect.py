@@ -27,9 +27,10 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
-from ..conventions import PAPER, PRESETS, Convention
+from ..conventions import PAPER, PRESETS, Convention, EpsPlacement, Scale
 from .adapter import Adapter, Batch
 from .guard import ImplementationError, call_guarded
 from .precision import precision_from_residual
@@ -144,10 +145,10 @@ def _call(adapter: Adapter, batch: Batch) -> np.ndarray | None:
     return out if out.shape == (batch.n,) else None
 
 
-def _divisors(c: np.ndarray, a: np.ndarray) -> np.ndarray:
+def _divisors(c: npt.NDArray[np.float64], a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Least-squares ``d`` per row with ``c = d * a`` (rows of ``[B, G]``)."""
-    num = (c * c).sum(-1)
-    den = (c * a).sum(-1)
+    num: npt.NDArray[np.float64] = (c * c).sum(-1)
+    den: npt.NDArray[np.float64] = (c * a).sum(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return num / den
 
@@ -174,7 +175,7 @@ def _behaviour(values: np.ndarray | None) -> str:
     return "zero" if (values == 0).all() else "nonzero"
 
 
-def _structure(adapter: Adapter, notes: list[str]) -> tuple[str, int, str]:
+def _structure(adapter: Adapter, notes: list[str]) -> tuple[str, int, Scale]:
     """Family, ddof and scale from the structure probes."""
     R = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 1.0, 0.0]])
     a = _call(adapter, Batch.grouped(R))
@@ -269,7 +270,7 @@ def _spread_filter(adapter: Adapter, base: Convention, notes: list[str]) -> tupl
     return std, hi
 
 
-def _eps(adapter: Adapter, ddof: int, scale: str, notes: list[str]) -> tuple[float, str, float]:
+def _eps(adapter: Adapter, ddof: int, scale: Scale, notes: list[str]) -> tuple[float, EpsPlacement, float]:
     """Eps, its placement and a spread filter's threshold, from the tiny-std probes.
 
     A group of std ``4e-13`` measures eps as ``d - std``. Where the implementation returns 0
@@ -312,7 +313,7 @@ def _eps(adapter: Adapter, ddof: int, scale: str, notes: list[str]) -> tuple[flo
     d10 = float(_divisors(as_numpy(dr_grpo_advantage(R10)), a10.reshape(R10.shape))[0])
     if abs(d10 / eps - math.sqrt(101)) < 0.005:  # d = sqrt(std^2 + eps^2)
         notes.append(f"d = sqrt(var + {eps * eps:.2g}) fits the probes: eps is inside the sqrt")
-    placement = "floor" if abs(d10 / eps - 10) < abs(d10 / eps - 11) else "add"
+    placement: EpsPlacement = "floor" if abs(d10 / eps - 10) < abs(d10 / eps - 11) else "add"
     if min(abs(d10 / eps - 10), abs(d10 / eps - 11)) > 0.05:
         notes.append(
             f"d = {d10 / eps:.4g} eps for a group with std = 10 eps: neither std + eps nor max(std, eps)"
@@ -438,34 +439,55 @@ def _detect(adapter: Adapter) -> Detection:
     silent = _behaviour(None if probe is None else probe[:4])
     if silent != "zero":
         notes.append(f"a silent group [1,1,1,1] gets {silent} advantages, not 0")
-    extra = {"precision": precision, "residual": residual}
     if family == "unknown":
         singleton = _singleton(adapter, None)
         return Detection(
-            family, None, None, PAPER.name, ("structure",), silent, singleton, tuple(notes), **extra
+            family,
+            None,
+            None,
+            PAPER.name,
+            ("structure",),
+            silent,
+            singleton,
+            tuple(notes),
+            precision=precision,
+            residual=residual,
         )
     if family == "rloo":
         singleton = _singleton(adapter, None)
         preset = "rloo" if silent == "zero" else None
-        differences = () if preset else ("silent groups",)
-        return Detection(family, None, preset, "rloo", differences, silent, singleton, tuple(notes), **extra)
+        differences: tuple[str, ...] = () if preset else ("silent groups",)
+        return Detection(
+            family,
+            None,
+            preset,
+            "rloo",
+            differences,
+            silent,
+            singleton,
+            tuple(notes),
+            precision=precision,
+            residual=residual,
+        )
+    eps: float
+    placement: EpsPlacement
     eps, placement, silent_below = (0.0, "add", 0.0) if scale == "none" else _eps(adapter, ddof, scale, notes)
-    conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)  # type: ignore[arg-type]
+    conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)
     singleton = _singleton(adapter, conv)
     if singleton in ("error", "zero", "unit_std"):
         conv = conv.replace(singleton=singleton)
     else:
         notes.append(f"a group of one response gets {singleton} advantages")
     ranked = []
-    for order, (name, preset) in enumerate(PRESETS.items()):
-        diff = _matches(conv, preset)
-        if singleton not in ("error", "zero", "unit_std") and preset.singleton != "error":
+    for order, (name, candidate) in enumerate(PRESETS.items()):
+        diff = _matches(conv, candidate)
+        if singleton not in ("error", "zero", "unit_std") and candidate.singleton != "error":
             diff = [d for d in diff if not d.startswith("singleton")]
-            diff.append(f"singleton {singleton} vs {preset.singleton}")
+            diff.append(f"singleton {singleton} vs {candidate.singleton}")
         if silent != "zero":
             diff.append(f"silent groups {silent} vs zero")
         # fewest differing fields first; ties go to the preset whose eps matches exactly
-        same_eps = conv.scale == "none" or math.isclose(conv.eps, preset.eps, rel_tol=0.05, abs_tol=0.0)
+        same_eps = conv.scale == "none" or math.isclose(conv.eps, candidate.eps, rel_tol=0.05, abs_tol=0.0)
         ranked.append((len(diff), 0 if same_eps else 1, order, name, tuple(diff)))
     ranked.sort()
     n_diff, _, _, nearest, differences = ranked[0]

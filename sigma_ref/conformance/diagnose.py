@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
 from ..conventions import DR_GRPO, Convention
@@ -26,13 +27,14 @@ def _groups(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return inverse.reshape(-1), counts
 
 
-def _silent(rewards: np.ndarray, index: np.ndarray) -> np.ndarray:
+def _silent(rewards: np.ndarray, index: np.ndarray) -> npt.NDArray[np.bool_]:
     inv, counts = _groups(index)
     lo = np.full(counts.shape, np.inf)
     hi = np.full(counts.shape, -np.inf)
     np.minimum.at(lo, inv, rewards)
     np.maximum.at(hi, inv, rewards)
-    return (lo == hi)[inv]
+    silent: npt.NDArray[np.bool_] = (lo == hi)[inv]
+    return silent
 
 
 _TOL = {"rtol": 1e-4, "atol": 1e-6}
@@ -40,6 +42,11 @@ _TOL = {"rtol": 1e-4, "atol": 1e-6}
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=_TOL["rtol"], atol=_TOL["atol"]))
+
+
+def _matches(actual: np.ndarray, predict: Callable[[], np.ndarray]) -> Callable[[], bool]:
+    """A hypothesis's test: are ``actual`` the advantages it predicts (computed when called)?"""
+    return lambda: _close(actual, predict())
 
 
 _PROBES_GROUPED = [
@@ -340,8 +347,7 @@ def _hypotheses(
             )
         )
     tests: list[tuple[str, str, Callable[[], bool]]] = [
-        (key, cause, (lambda predict=predict: _close(actual, predict())))
-        for key, cause, predict in hypotheses
+        (key, cause, _matches(actual, predict)) for key, cause, predict in hypotheses
     ]
     sizes = counts[inv]
 
@@ -378,7 +384,7 @@ def _hypotheses(
         ),
     ]
     for key, cause, predict in _lookup_hypotheses(rewards, index, ref, inv, counts):
-        tests.append((key, cause, (lambda predict=predict: _close(actual, predict()))))
+        tests.append((key, cause, _matches(actual, predict)))
     top = float(np.abs(actual).max()) if actual.size else 0.0
     if top > 0 and float(np.abs(expected).max()) > top * 1.001:
         tests.append(
@@ -513,9 +519,9 @@ def _divide_like(numerator: np.ndarray, rewards: np.ndarray, index: np.ndarray, 
         return np.where(d > 0, numerator / np.where(d > 0, d, 1.0), 0.0)  # silent groups: 0
 
 
-def _eps_inside(rewards: np.ndarray, index: np.ndarray, conv: Convention) -> np.ndarray:
+def _eps_inside(rewards: np.ndarray, index: np.ndarray, conv: Convention) -> npt.NDArray[np.float64]:
     """``(R - mean) / sqrt(std**2 + eps)``: the eps-inside-the-sqrt bug, from the oracle's statistics."""
     st = group_statistics(rewards, convention=conv.replace(eps=0.0, singleton="zero"), index=index)
-    std = st.expand(np.asarray(st.divisor))
-    centred = rewards - st.expand(np.asarray(st.mean))
+    std: npt.NDArray[np.float64] = st.expand(np.asarray(st.divisor))
+    centred: npt.NDArray[np.float64] = rewards - st.expand(np.asarray(st.mean))
     return centred / np.sqrt(std**2 + conv.eps)

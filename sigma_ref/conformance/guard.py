@@ -216,7 +216,10 @@ def _describe(exc: BaseException, limit: float, what: str) -> ImplementationErro
 
 
 _IGNORE_ALL = [("ignore", None, Warning, None, 0)]
-_filters_mutated = getattr(warnings, "_filters_mutated", None)
+#: CPython's private hook that tells the warnings module its filter list changed; ``_Silenced``
+#: (which needs it) is used only where Python has it.
+_HAS_FILTERS_MUTATED = hasattr(warnings, "_filters_mutated")
+_filters_mutated: Callable[[], None] = getattr(warnings, "_filters_mutated", lambda: None)
 
 
 class _Silenced:
@@ -226,12 +229,12 @@ class _Silenced:
 
     def __enter__(self) -> None:
         self.saved = warnings.filters
-        warnings.filters = _IGNORE_ALL  # type: ignore[assignment]
-        _filters_mutated()  # type: ignore[misc]
+        warnings.filters = _IGNORE_ALL
+        _filters_mutated()
 
     def __exit__(self, *exc: Any) -> None:
         warnings.filters = self.saved
-        _filters_mutated()  # type: ignore[misc]
+        _filters_mutated()
 
 
 class _CatchAll:
@@ -248,7 +251,14 @@ class _CatchAll:
         self.cm.__exit__(*exc)
 
 
-_Silence = _Silenced if _filters_mutated is not None else _CatchAll
+_Silence = _Silenced if _HAS_FILTERS_MUTATED else _CatchAll
+
+
+def _call_name(fn: Callable[..., Any], what: str | Callable[[], str] | None) -> str:
+    """How messages name a call: ``what`` (called when it is a function), else ``fn``'s name."""
+    if callable(what):
+        return what()
+    return what or str(getattr(fn, "__qualname__", repr(fn)))
 
 
 def call_guarded(
@@ -283,7 +293,7 @@ def call_guarded(
     global _depth, _armed, _fired, _pending, _deadline, _limit, _alarm_at, _swallowed
     limit = _timeout if timeout is None else float(timeout)
     if _hangs and _hangs.get(_key(fn), (0,))[0] >= MAX_HANGS:
-        text = what() if callable(what) else (what or getattr(fn, "__qualname__", repr(fn)))
+        text = _call_name(fn, what)
         detail = f"was not called: it did not return within {_seconds(limit)} in {MAX_HANGS} earlier calls"
         raise ImplementationError("timeout", detail, text)
     armed = limit > 0 and _depth == 0 and threading.current_thread() is threading.main_thread()
@@ -317,7 +327,7 @@ def call_guarded(
             _hangs[_key(fn)] = (_hangs.get(_key(fn), (0,))[0] + 1, fn)
         if isinstance(exc, ImplementationError) or (isinstance(exc, KeyboardInterrupt) and _user_interrupt):
             raise  # an inner guarded call's verdict, or a real Ctrl-C
-        text = what() if callable(what) else (what or getattr(fn, "__qualname__", repr(fn)))
+        text = _call_name(fn, what)
         raise _describe(exc, limit, text) from exc
     finally:
         _depth -= 1

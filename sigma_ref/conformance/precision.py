@@ -31,6 +31,7 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 __all__ = [
@@ -86,14 +87,14 @@ def coarser(a: str, b: str) -> str:
 
 
 def advantage_tolerance(
-    rewards: np.ndarray,
-    group: np.ndarray,
-    divisor: np.ndarray,
-    expected: np.ndarray,
+    rewards: npt.NDArray[np.float64],
+    group: npt.NDArray[np.intp],
+    divisor: npt.NDArray[np.float64],
+    expected: npt.NDArray[np.float64],
     *,
     precision: str,
     out_dtype: Any = torch.float64,
-) -> np.ndarray:
+) -> npt.NDArray[np.float64]:
     """Per-element tolerance ``c (2 + log2 G) u kappa_g (1 + |A*|) + u_out |A*|`` (module doc).
 
     ``rewards`` (the rewards as the implementation received them), ``group`` (group number

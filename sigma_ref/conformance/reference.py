@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..advantages import dapo_keep_mask, grpo_advantage, rloo_advantage
 from ..conventions import PAPER, PRESETS, Convention, get_convention
@@ -80,7 +81,9 @@ class Reference:
             out = np.clip(as_numpy(out), -self.clip, self.clip)
         return out
 
-    def statistics(self, rewards: Any, index: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def statistics(
+        self, rewards: Any, index: Any
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """``(group, divisor, std)`` per element: group number ``0..B-1``, ``d`` (0 in silent
         groups; RLOO's ``(G - 1) / G``) and the group std with the convention's ddof, read from
         the oracle's :func:`sigma_ref.group_statistics`."""
@@ -102,7 +105,7 @@ class Reference:
         group = np.asarray(st.inverse).reshape(-1)
         return group, d[group], std[group]
 
-    def filtered(self, rewards: Any, index: Any) -> np.ndarray:
+    def filtered(self, rewards: Any, index: Any) -> npt.NDArray[np.bool_]:
         """Elements of groups a spread filter treats as silent (``std < silent_below``)."""
         if self.silent_below <= 0:
             return np.zeros(np.shape(rewards), dtype=bool)
@@ -110,7 +113,7 @@ class Reference:
         sizes = np.bincount(group)[group]
         return (std < self.silent_below) & (sizes > 1)  # a group of one follows the singleton rule
 
-    def ambiguous(self, rewards: Any, index: Any) -> np.ndarray:
+    def ambiguous(self, rewards: Any, index: Any) -> npt.NDArray[np.bool_]:
         """Elements of groups whose std is within a factor 1.5 of a spread filter's
         threshold: the probes bracket the threshold, not the filter's own std formula."""
         if self.silent_below <= 0:
@@ -149,7 +152,7 @@ def reference_for(convention: Convention | str | Reference) -> Reference:
     return Reference(conv.name, conv)
 
 
-def as_numpy(x: Any) -> np.ndarray:
+def as_numpy(x: Any) -> npt.NDArray[np.float64]:
     """A result of the oracle as float64 numpy."""
     if hasattr(x, "detach"):
         x = x.detach().cpu().double().numpy()
