@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import pytest
 
 if TYPE_CHECKING:
-    from sigma_ref.conformance.properties import Context, Outcome
+    from sigma_ref.conformance.core import Context, Outcome
 
 #: The suite's hypothesis profiles (module doc), in their own namespace: hypothesis itself
 #: registers (and under ``CI`` loads) a profile called ``ci``.

@@ -357,7 +357,7 @@ def run_scaleout_cell(
 ) -> tuple[str, list[Any]]:
     """Run a mode's loss at W = 2, M = 2 (``spec``: the module's ``SCALEOUT`` entry): cell text, results.
 
-    ``spec`` is a :class:`~sigma_ref._spec.adapters._peers.ScaleOut` (the loss is imported in the
+    ``spec`` is a :class:`~sigma_ref.spec.adapters._peers.ScaleOut` (the loss is imported in the
     child processes as ``<module>:AT_SCALE.<loss>``) or a string, the reason it cannot run.
     """
     if isinstance(spec, str):
