@@ -10,10 +10,10 @@ import pytest
 
 from sigma_ref.conformance import Adapter, detect_convention
 from sigma_ref.conformance.core import (
-    PROPERTIES,
     Context,
     PropertyFailure,
     evaluate,
+    get_property,
     run_property,
     run_suite,
 )
@@ -36,7 +36,7 @@ def test_wrong_fails_its_property(case: wrong.Case) -> None:
     """The property the bug breaks gets the case's verdict (FAIL, or WARN for hygiene), and the
     message names the cause; a FAIL's cause is one a probe confirmed."""
     ctx = wrong_context(case)
-    prop = PROPERTIES[case.breaks]
+    prop = get_property(case.breaks)
     outcomes = [
         evaluate(prop, ctx, param, max_examples=10, shrink=False) for param in prop.params(ctx.adapter)
     ]
@@ -90,7 +90,7 @@ def test_correct_passes_ill_conditioned_low_precision(entry: tuple, dtype_name: 
         adapter, reference_for(preset), None, preset, precision=detect_convention(adapter).precision
     )
     for rewards in _ILL_CONDITIONED:
-        PROPERTIES["dtype_accuracy"].check(ctx, Batch.grouped([rewards]), dtype_name)
+        get_property("dtype_accuracy").check(ctx, Batch.grouped([rewards]), dtype_name)
 
 
 def test_kill_rate() -> None:
