@@ -91,6 +91,10 @@ def _group(
         return drawn.map(live)
     if silent == "always":
         return reward_values(binary=binary, bound=bound).map(lambda x: [x] * size)
+    # a drawn group whose rewards happen to be all equal is silent: keep it silent but dyadic, as
+    # every generated silent group is (non-dyadic silent groups have their own property,
+    # non_dyadic_silent_group, whose verdict depends on the working precision)
+    drawn = drawn.map(lambda v: [round(v[0] * 4) / 4] * len(v) if len(set(v)) == 1 else v)
     return st.one_of(drawn, reward_values(binary=binary, bound=bound).map(lambda x: [x] * size))
 
 
