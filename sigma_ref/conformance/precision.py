@@ -23,6 +23,10 @@ cancellation costs: a one-pass variance ``E[x^2] - E[x]^2`` errs by ``u kappa^2`
 exceeds the bound as soon as ``kappa > 8 (2 + log2 G) (1 + |A|)``, e.g. on ``5 + 1e-3 u``
 rewards (``kappa ~ 1e4``) in float32. A wrong convention (ddof, eps, baseline) changes
 ``A`` by a relative ``1/(2G)`` or more, far above the bound at float32 or better.
+
+A group with ``(2 + log2 G) u kappa_g >= 1`` is not resolved at the working precision (its
+spread is below the rounding of its rewards, e.g. ``1e4 + 1e-3 u`` in float32): the bound on
+``d`` reaches ``d`` itself, the first-order analysis fails, and its tolerance is infinite.
 """
 
 from __future__ import annotations
@@ -116,7 +120,10 @@ def advantage_tolerance(
     kappa = np.maximum(kappa, 1.0)
     log_g = np.log2(np.maximum(sizes[group], 1.0))
     mag = np.abs(expected)
-    return SAFETY * (2.0 + log_g) * u * kappa * (1.0 + mag) + unit_roundoff(out_dtype) * mag
+    tol = SAFETY * (2.0 + log_g) * u * kappa * (1.0 + mag) + unit_roundoff(out_dtype) * mag
+    # (2 + log2 G) u kappa >= 1: d's error bound reaches d itself (the spread is below the rounding of
+    # the rewards at this precision), the first-order bound no longer holds, and no answer is wrong
+    return np.where((2.0 + log_g) * u * kappa >= 1.0, np.inf, tol)
 
 
 def precision_from_residual(residual: float) -> str:
