@@ -27,6 +27,8 @@ and test large G with explicit examples instead.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -58,6 +60,7 @@ def reward_values(*, binary: bool = False, bound: float = 10.0) -> st.SearchStra
     return st.integers(-n, n).map(lambda i: i / 4)
 
 
+@functools.lru_cache(maxsize=4096)
 def _values(size: int, *, binary: bool, bound: float, values: str) -> st.SearchStrategy[list[float]]:
     """``size`` rewards of one group, of the kind ``values`` (module doc)."""
     if binary or values == "dyadic":
@@ -77,6 +80,7 @@ def _values(size: int, *, binary: bool, bound: float, values: str) -> st.SearchS
     return st.one_of(kinds)
 
 
+@functools.lru_cache(maxsize=4096)
 def _group(
     size: int, *, binary: bool, bound: float, silent: str, values: str = "dyadic"
 ) -> st.SearchStrategy[list[float]]:
