@@ -449,15 +449,18 @@ class GroupStatistics:
         lay = self._layout
         if lay.ids is not None:
             inverse = self.inverse
+            assert inverse is not None  # set together with ids
             if is_tensor(inverse) and not is_tensor(per_group):
                 inverse = inverse.cpu().numpy()
             return per_group[inverse]
+        assert isinstance(lay, _arrays.Rows)  # [..., G] rewards: one row per group
         moved = per_group[..., None]
         shape = (*moved.shape[:-1], lay.size)
-        out = moved.expand(shape) if is_tensor(moved) else np.broadcast_to(moved, shape)
-        if lay.dim == lay.ndim - 1:
-            return out
-        return out.movedim(-1, lay.dim) if is_tensor(out) else np.moveaxis(out, -1, lay.dim)
+        if is_tensor(moved):
+            out = moved.expand(shape)
+            return out if lay.dim == lay.ndim - 1 else out.movedim(-1, lay.dim)
+        spread = np.broadcast_to(moved, shape)
+        return spread if lay.dim == lay.ndim - 1 else np.moveaxis(spread, -1, lay.dim)
 
 
 @_quiet

@@ -657,8 +657,11 @@ def oracle_adapter(convention: Convention | str = "paper", layout: str = "index"
 
     def compute(rewards: torch.Tensor, index: Any) -> torch.Tensor:
         if ref.convention is None:
-            return rloo_advantage(rewards, index=index)
-        return grpo_advantage(rewards, convention=ref.convention, index=index)
+            out = rloo_advantage(rewards, index=index)
+        else:
+            out = grpo_advantage(rewards, convention=ref.convention, index=index)
+        assert isinstance(out, torch.Tensor)  # torch in, torch out
+        return out
 
     if layout == "index":
         fn: Callable[..., Any] = compute
