@@ -27,11 +27,12 @@
 # | `seq-mean-token-mean` | `1/(N_seq |y_i|)` | `(G/N_seq) mean_t grad log pi_it`: length-normalised |
 # | `seq-mean-token-sum` | `1/N_seq` | `(G/N_seq) grad log pi(y_i)`: the sequence score |
 # | `seq-mean-token-sum-norm` | `1/H`, a constant (note below) | `(G/H) grad log pi(y_i)` (Dr. GRPO) |
+# | `token-sum` | `1` | `G grad log pi(y_i)`: no normaliser |
 #
 # The horizon `H` is `N_seq C` in verl 0.9.1 and TRL 1.16 (`C` the maximum completion length), `C` alone
 # in verl 0.4 to 0.6.
 #
-# Only the two token-sum modes give (a constant multiple of) the sequence score
+# Only the token-sum modes give (a constant multiple of) the sequence score
 # `grad log pi(y_i) = sum_t grad log pi(y_it)`; with one group per batch (`N_seq = G`),
 # `seq-mean-token-sum` gives it exactly.
 
@@ -41,6 +42,7 @@ import torch
 
 import sigma_ref
 from sigma_ref import symbolic as S
+from sigma_ref.conventions import AGGREGATION_MODES
 
 # %% [markdown]
 # ## Symbolically, for a padded batch
@@ -134,11 +136,13 @@ def loss_of(th: torch.Tensor, mode: str) -> torch.Tensor:
         return (pt.sum(-1) / tmask.sum(-1)).sum() / n_seq
     if mode == "seq-mean-token-sum":
         return pt.sum(-1).sum() / n_seq
+    if mode == "token-sum":
+        return pt.sum()
     return pt.sum() / T6
 
 
 token_grads = torch.autograd.functional.jacobian(token_logp, theta0)  # [B*G, T, D]
-for mode in S.AGGREGATIONS:
+for mode in AGGREGATION_MODES:
     th = theta0.clone().requires_grad_(True)
     loss_of(th, mode).backward()
     update = -th.grad
@@ -161,7 +165,7 @@ for mode in S.AGGREGATIONS:
     prediction = sigma_ref.decompose(rewards, s.reshape(B, Gt, D)).prediction
     assert torch.allclose(update, per_group.sum(0), rtol=1e-12, atol=1e-14), mode
     assert torch.allclose(update, prediction.sum(0), rtol=1e-12, atol=1e-14), mode
-"all four modes: autograd gradient = sum_groups (sigma^2/d) delta_s with s_i = G sum_t w_it grad log pi_it"
+"all five modes: autograd gradient = sum_groups (sigma^2/d) delta_s with s_i = G sum_t w_it grad log pi_it"
 
 # %% [markdown]
 # ## The numeric oracle: `sigma_ref.objectives.aggregation_weights`, verl 0.9.1 and TRL 1.16.0

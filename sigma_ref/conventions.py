@@ -49,6 +49,9 @@ __all__ = [
     "OPENRLHF",
     "PRESETS",
     "get_convention",
+    "AGGREGATION_MODES",
+    "AGGREGATION_ALIASES",
+    "resolve_aggregation",
 ]
 
 EpsPlacement = Literal["add", "floor"]
@@ -213,3 +216,69 @@ def get_convention(name: str | Convention) -> Convention:
             f"convention={name!r} is not a preset; choose one of {sorted(PRESETS)} "
             "or build a sigma_ref.Convention"
         ) from None
+
+
+# --------------------------------------------------------------------------------------
+# loss aggregation (docs/spec.md §4): the names; the weights are sigma_ref.objectives.aggregation_weights
+
+#: verl 0.9.1's ``loss_agg_mode`` names (``verl.trainer.ppo.core_algos.agg_loss``).
+AGGREGATION_MODES: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+    "token-sum",
+)
+
+#: TRL 1.16.0 ``GRPOConfig.loss_type`` (and a few spelling variants) -> verl mode. Read in
+#: ``GRPOTrainer._compute_loss``: ``grpo``/``sapo``: per-sequence token mean, mean over
+#: sequences; ``bnpo``: one token mean over the (local) batch; ``dr_grpo``: token sum over
+#: ``B * max_completion_length`` (seq-mean-token-sum-norm with constant
+#: ``max_completion_length``); ``dapo``/``cispo``/``vespo``: token sum over the active tokens
+#: of the global accumulated batch (a token mean over the global batch); ``luspo``: token sum
+#: per sequence, mean over sequences.
+AGGREGATION_ALIASES: dict[str, str] = {
+    "grpo": "seq-mean-token-mean",
+    "sapo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "dapo": "token-mean",
+    "cispo": "token-mean",
+    "vespo": "token-mean",
+    "luspo": "seq-mean-token-sum",
+}
+
+
+def resolve_aggregation(name: str) -> str:
+    """The verl mode name for ``name``: a verl mode, a TRL ``loss_type``, or ``_`` spelling.
+
+    ==================  ===========================  =========================================
+    TRL 1.16.0           verl 0.9.1                   weight ``w_it`` of an unmasked token
+    ==================  ===========================  =========================================
+    ``bnpo``, ``dapo``   ``token-mean``               ``1 / N_tok``
+    ``grpo``             ``seq-mean-token-mean``      ``1 / (N_seq |y_i|)``
+    ``luspo``            ``seq-mean-token-sum``       ``1 / N_seq``
+    ``dr_grpo``          ``seq-mean-token-sum-norm``  ``1 / (N_seq C)``, ``C = max_completion_length``
+    (none)               ``token-sum``                ``1``
+    ==================  ===========================  =========================================
+
+    ``bnpo`` counts the tokens of the local (per-device micro-)batch, ``dapo`` those of the global
+    accumulated batch: the same weights on one batch, different ones under scale-out
+    (:func:`sigma_ref.objectives.effective_weights`).
+
+    >>> resolve_aggregation("dr_grpo"), resolve_aggregation("token_mean")
+    ('seq-mean-token-sum-norm', 'token-mean')
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"aggregation={name!r} must be a string such as 'token-mean'")
+    if name in AGGREGATION_MODES:
+        return name
+    if name in AGGREGATION_ALIASES:
+        return AGGREGATION_ALIASES[name]
+    dashed = name.replace("_", "-")
+    if dashed in AGGREGATION_MODES:
+        return dashed
+    raise ValueError(
+        f"aggregation={name!r} is not a loss aggregation; use one of {AGGREGATION_MODES} "
+        f"(verl's loss_agg_mode) or a TRL loss_type {tuple(AGGREGATION_ALIASES)}"
+    )

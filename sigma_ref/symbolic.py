@@ -48,6 +48,8 @@ from typing import Literal, TypeAlias
 import sympy as sp
 from sympy import Expr
 
+from .conventions import AGGREGATION_MODES
+
 __all__ = [
     # symbols
     "k",
@@ -101,7 +103,6 @@ __all__ = [
     "keep_probability",
     "expected_draws_per_kept_group",
     # loss aggregation
-    "AGGREGATIONS",
     "aggregation_weight",
 ]
 
@@ -130,7 +131,9 @@ LIVE: dict[sp.Symbol, Expr] = {k: k_live, G: k_live + m}
 Method = Literal["grpo", "dr_grpo"]
 Placement = Literal["add", "floor"]
 Scale = Literal["group", "batch", "none"]
-Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+Aggregation = Literal[
+    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"
+]
 
 
 # --------------------------------------------------------------------------------------
@@ -550,13 +553,6 @@ def expected_draws_per_kept_group(p: Value = p, G: Value = G) -> Expr:
 # --------------------------------------------------------------------------------------
 # loss aggregation (SPEC section 4): the per-response score the identity sees
 
-AGGREGATIONS: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-)
-
 
 def aggregation_weight(
     mode: Aggregation,
@@ -579,6 +575,7 @@ def aggregation_weight(
     ``seq-mean-token-mean``      ``1 / (n_sequences * length)``
     ``seq-mean-token-sum``       ``1 / n_sequences``
     ``seq-mean-token-sum-norm``  ``1 / horizon``
+    ``token-sum``                ``1``
     ===========================  ===============================
 
     The identity then sees the per-response score ``s_i = G * sum_t w_it grad log pi(y_it)``.
@@ -595,4 +592,6 @@ def aggregation_weight(
         return one / n_sequences
     if mode == "seq-mean-token-sum-norm":
         return one / horizon
-    raise ValueError(f"mode={mode!r} is not a loss aggregation; use one of {AGGREGATIONS}")
+    if mode == "token-sum":
+        return one
+    raise ValueError(f"mode={mode!r} is not a loss aggregation; use one of {AGGREGATION_MODES}")

@@ -9,6 +9,8 @@ the seed post's adapters always run.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -538,11 +540,16 @@ def test_verdicts_do_not_depend_on_seed_or_threads() -> None:
     assert {k: (a[k], b[k]) for k in a if a[k] != b[k]} == {}
 
 
-def test_matrix_columns_are_the_suites_levels() -> None:
-    """The matrix's columns are the suite's levels (kept importable without hypothesis)."""
-    from sigma_ref.conformance import core, matrix
-
-    assert matrix.LEVELS == core.LEVELS
+def test_matrix_and_cli_register_without_the_suites_machinery() -> None:
+    """The matrix's columns are the suite's levels, and the CLI and the matrix import neither
+    hypothesis nor pytest until the suite runs (``sigma-ref audit`` stays light)."""
+    code = (
+        "import sys, sigma_ref.cli, sigma_ref.conformance.matrix as m, sigma_ref.conformance.levels as lv; "
+        "assert m.LEVELS is lv.LEVELS; print(sorted({'hypothesis', 'pytest'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 # --------------------------------------------------------------------------------------

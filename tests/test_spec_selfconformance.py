@@ -7,7 +7,8 @@ import pytest
 from sigma_ref import PRESETS
 from sigma_ref.conformance import detect_convention, oracle_adapter, reference_for
 from sigma_ref.conformance.core import Context, run_suite
-from sigma_ref.conformance.losses import AGGREGATIONS, make_policy_loss
+from sigma_ref.conformance.losses import make_policy_loss
+from sigma_ref.conventions import AGGREGATION_MODES
 
 NAMES = [*PRESETS, "rloo"]
 
@@ -24,7 +25,7 @@ def _run_all(ctx: Context, max_examples: int) -> list[str]:
 @pytest.mark.parametrize("name", NAMES)
 def test_oracle_conforms_under_every_preset(name: str) -> None:
     """Index layout, every property (loss included), the preset detected from probes."""
-    aggregation = AGGREGATIONS[NAMES.index(name) % len(AGGREGATIONS)]
+    aggregation = AGGREGATION_MODES[NAMES.index(name) % len(AGGREGATION_MODES)]
     adapter = oracle_adapter(name, layout="index").replace(loss=make_policy_loss(aggregation))
     detection = detect_convention(adapter)
     assert detection.preset == name, detection.summary()

@@ -16,6 +16,7 @@ import sympy as sp
 
 import sigma_ref
 from sigma_ref import symbolic as S  # noqa: N812 (S for the symbolic side, as in proofs/)
+from sigma_ref.conventions import AGGREGATION_MODES
 
 GROUP_SIZES = (2, 3, 4, 5, 7, 8, 16, 33, 64)
 #: Dyadic probabilities, exact in binary, so float64 inputs carry no rounding of their own.
@@ -236,12 +237,13 @@ def test_exact_group_size_is_least_G(p: sp.Rational) -> None:
 def test_aggregation_weights_define_the_scores() -> None:
     """``aggregation_weight`` per mode, exact rationals, and its error for an unknown mode."""
     kw = {"length": 5, "n_sequences": 4, "total_tokens": 17, "horizon": 8}
-    got = {mode: S.aggregation_weight(mode, **kw) for mode in S.AGGREGATIONS}
+    got = {mode: S.aggregation_weight(mode, **kw) for mode in AGGREGATION_MODES}
     assert got == {
         "token-mean": sp.Rational(1, 17),
         "seq-mean-token-mean": sp.Rational(1, 20),
         "seq-mean-token-sum": sp.Rational(1, 4),
         "seq-mean-token-sum-norm": sp.Rational(1, 8),
+        "token-sum": sp.Integer(1),
     }
     with pytest.raises(ValueError, match="mode='sum'"):
         S.aggregation_weight("sum", **kw)  # type: ignore[arg-type]

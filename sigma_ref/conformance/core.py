@@ -29,10 +29,11 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from .._compare import mismatch_message
-from .adapter import Adapter, Batch
+from .adapter import ALL_DTYPES, Adapter, Batch
 from .detect import Detection
 from .diagnose import diagnose_mismatch
 from .guard import ImplementationError, bounded_shrink, call_guarded
+from .levels import LEVELS, VERDICTS
 from .precision import advantage_tolerance, coarser
 from .reference import Reference, as_numpy
 
@@ -58,21 +59,10 @@ __all__ = [
     "recorded_outcome",
 ]
 
-LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numerics")
 #: Seconds hypothesis may shrink a failure after finding it (its own limit is 300 s).
 SHRINK_BUDGET_S = 15.0
 #: The floating dtypes a property can be parametrized over, by name.
-DTYPES: dict[str, torch.dtype] = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-
-
-#: Verdict classes (docs/spec.md): FAIL, the claimed algorithm is computed wrong; WARN,
-#: hygiene that does not change training; NOTE, a fact of the convention.
-VERDICTS: tuple[str, ...] = ("FAIL", "WARN", "NOTE")
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in ALL_DTYPES}
 
 
 @dataclasses.dataclass(frozen=True)

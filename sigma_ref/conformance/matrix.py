@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from .adapter import Adapter
+from .levels import LEVELS
 
 __all__ = [
     "PEERS",
@@ -68,9 +69,6 @@ PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf")
 #: Distributions whose versions the matrix reports.
 VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf")
 _PROFILE = "sigma-ref-matrix"
-#: The suite's levels (SPEC section 7), the matrix's columns; equal to ``core.LEVELS``
-#: (a test checks it), kept here so that registering the command needs no hypothesis.
-LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numerics")
 #: The scale-out column's data-parallel ranks W and micro-batches per rank M.
 SCALEOUT_WORLD_SIZE, SCALEOUT_MICRO_BATCHES = 2, 2
 

@@ -50,7 +50,7 @@ def build_context(
     """
     if impl is None:
         adapter: Adapter = oracle_adapter("paper", layout=layout or "index").replace(
-            loss=make_policy_loss("token_mean")
+            loss=make_policy_loss("token-mean")
         )
         if loss is not None:
             adapter = load_adapter(adapter, loss=loss)
