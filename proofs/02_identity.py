@@ -18,7 +18,7 @@
 #   dimension (the scores enter linearly; a matrix-symbol version closes the argument);
 # * invariance to a reward shift and to a common shift of all scores (any baseline);
 # * `g = 0` for a silent group, whatever `d`;
-# * the constant `sigma^2/d` under each convention of SPEC §4 (ddof 1, eps added or used as
+# * the constant `sigma^2/d` under each convention of docs/spec.md §4 (ddof 1, eps added or used as
 #   a floor, batch scale, no scale), checked against every preset of `sigma_ref`;
 # * the continuous-reward form `g = Cov(R, s)/d = (sigma_R^2/d) * beta`.
 
@@ -102,7 +102,7 @@ assert sp.simplify(S.update(k=G, S_minus=0)) == 0
 S.update(k=0, S_plus=0), sp.simplify(S.update(k=G, S_minus=0))
 
 # %% [markdown]
-# ## The constant under each convention (SPEC §4)
+# ## The constant under each convention (docs/spec.md §4)
 #
 # `g = (sigma^2/d) * delta_s` holds for any `d`; the conventions only change `d`.
 #

@@ -13,7 +13,7 @@
 #
 # Trainers do not form `(1/G) sum_i A_i s_i` directly: they minimise a per-token loss
 # `L = -sum_{i,t} w_it A_i log pi(y_it)` (policy ratio 1) with weights `w_it` set by the
-# aggregation mode (SPEC §4). Its negative gradient is `sum_i A_i sum_t w_it grad log pi(y_it)
+# aggregation mode (docs/spec.md §4). Its negative gradient is `sum_i A_i sum_t w_it grad log pi(y_it)
 # = (1/G) sum_i A_i s_i` with
 #
 # `s_i = G * sum_t w_it * grad log pi(y_it)`,

@@ -12,7 +12,7 @@
 # # 09. Errata ledger: what the seed documents get wrong
 #
 # The seed documents are two blog posts (English and Chinese, same claims and same code)
-# about arXiv 2607.00152, and the design card (SPEC §0). For each item of SPEC §6, and
+# about arXiv 2607.00152, and the design card. For each item of docs/spec.md §6, and
 # for every further disagreement found while deriving `proofs/01`-`08`: the seed's claim,
 # the derivation (a pointer to the notebook that proves it, plus the decisive
 # computation here), the numbers from `sigma_ref` and sympy side by side, and a verdict:
@@ -96,7 +96,7 @@ post_stdout = buffer.getvalue()
 print(post_stdout)
 
 # %% [markdown]
-# ## E1 (SPEC §6.1). "σ = √(k(G−k)/G) is the group standard deviation"
+# ## E1 (docs/spec.md §6.1). "σ = √(k(G−k)/G) is the group standard deviation"
 #
 # The post, the Chinese post and the design card. `proofs/01_sigma` proves
 # `sqrt(k(G-k)/G) = ||R - mu|| = sqrt(G) * sigma`; the standard deviation is
@@ -118,7 +118,7 @@ record(
 )
 
 # %% [markdown]
-# ## E2 (SPEC §6.2). The post's table: GRPO `g/σ = s̄₊ − s̄₋`, Dr. GRPO `g = σ(s̄₊ − s̄₋)`
+# ## E2 (docs/spec.md §6.2). The post's table: GRPO `g/σ = s̄₊ − s̄₋`, Dr. GRPO `g = σ(s̄₊ − s̄₋)`
 #
 # `proofs/02_identity`: `g = (sigma^2/d) * delta_s`, so GRPO (`d = sigma`) has
 # `g = sigma * delta_s` and Dr. GRPO (`d = 1`) has `g = sigma^2 * delta_s`. The post
@@ -153,7 +153,7 @@ record(
 )
 
 # %% [markdown]
-# ## E3 (SPEC §6.3). The post's `grpo_advantage` realises `g = σ · Δs`
+# ## E3 (docs/spec.md §6.3). The post's `grpo_advantage` realises `g = σ · Δs`
 #
 # Its code divides by `rewards.std() + 1e-8`: Bessel's std (ddof 1) plus an epsilon. By
 # `proofs/02_identity` its update is `sigma^2/(sigma_b + eps) * delta_s
@@ -181,7 +181,7 @@ record(
 {g: f"{s:.2%}" for g, s in shortfalls.items()}
 
 # %% [markdown]
-# ## E4 (SPEC §6.4). The post's corpus-audit output
+# ## E4 (docs/spec.md §6.4). The post's corpus-audit output
 #
 # Row by row: what the post prints, what its own code prints (above), the exact rational
 # silent rate and closed-form `G` (sympy, asserted equal to the code's), and `sigma_ref`
@@ -229,7 +229,7 @@ record(
 printed_avg, code_avg, f"{float(exact_avg):.4%}"
 
 # %% [markdown]
-# ## E5 (SPEC §6.5). "Hard problems (p=0.05) get ~10x more gradient mass than p=0.5"
+# ## E5 (docs/spec.md §6.5). "Hard problems (p=0.05) get ~10x more gradient mass than p=0.5"
 #
 # GRPO's weight relative to Dr. GRPO is `w(p) = 1/sqrt(p(1-p))` (`proofs/06_arcsine`):
 # `w(0.05)/w(0.5) = 10/sqrt(19) = 2.29`, not 10. In absolute terms a `p = 0.05` prompt gets
@@ -287,7 +287,7 @@ record(
 # %% [markdown]
 # **E7. "1/√(p(1−p)) is exactly the derivative of arcsin(√p)"** (both posts). The
 # derivative of `arcsin(sqrt(p))` is `1/(2 sqrt(p(1-p)))`; `1/sqrt(p(1-p))` is the
-# derivative of `2 arcsin(sqrt(p))` (SPEC §5 has it right).
+# derivative of `2 arcsin(sqrt(p))` (docs/spec.md §5 has it right).
 
 # %%
 odds = {p: S.u / (1 + S.u)}

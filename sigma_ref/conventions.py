@@ -3,7 +3,7 @@
 GRPO's advantage is ``A_i = (R_i - mu) / d``. The paper takes ``d = sigma``, the
 population standard deviation of the group; real trainers differ in four small
 ways that change the constant of the identity ``g = (sigma**2 / d) * delta_s``
-(SPEC section 4):
+(docs/spec.md §4):
 
 ========== ======================================= =====================================
 field      values                                  divisor ``d``

@@ -1,4 +1,4 @@
-"""Closed forms in the success probability ``p`` (SPEC section 5).
+"""Closed forms in the success probability ``p`` (docs/spec.md §5).
 
 With ``k ~ Binomial(G, p)`` correct responses in a group of ``G``:
 

@@ -1,4 +1,4 @@
-"""The group-standard-deviation identity ``g = (sigma**2 / d) * (s+ - s-)`` (SPEC section 3).
+"""The group-standard-deviation identity ``g = (sigma**2 / d) * (s+ - s-)`` (docs/spec.md §3).
 
 The per-prompt update of any group-relative method is ``g = (1/G) sum_i A_i s_i``
 (:func:`policy_gradient`). For binary rewards and ``A_i = (R_i - mu) / d`` it equals

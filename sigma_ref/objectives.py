@@ -9,7 +9,7 @@ is ``grad L = sum_it (dL/dlogp_it) * grad log pi(y_it)``, so the whole update is
 :func:`effective_weights` states what a split over micro-batches and data-parallel ranks makes
 of them, and :func:`detect_aggregation` reads the mode back from measured weights. At ratio 1
 with ``ell_it = -A_i r_it`` the identity's per-response score is
-``s_i = G * sum_t w_it grad log pi(y_it)`` (SPEC section 4).
+``s_i = G * sum_t w_it grad log pi(y_it)`` (docs/spec.md §4).
 
 Derivations: ``proofs/08_aggregation.py`` (the modes), ``proofs/11_objectives.py`` (clipping,
 GSPO, CISPO, importance sampling, KL estimators and the bias theorem), ``proofs/12_scale_out.py``

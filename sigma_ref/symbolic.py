@@ -5,8 +5,8 @@ symbols below or from whatever the caller passes in their place, so the same
 expression serves a proof (symbolic arguments), an exact check (integers and
 ``sympy.Rational``) and a test that lambdifies it and compares it with the numeric
 oracle in :mod:`sigma_ref`. Nothing here calls the numeric oracle, and the numeric
-oracle never calls this module: the two are independent statements of SPEC sections
-1-5, and ``tests/test_symbolic.py`` pins one to the other.
+oracle never calls this module: the two are independent statements of docs/spec.md
+§1-§5, and ``tests/test_symbolic.py`` pins one to the other.
 
 Symbols (module constants)
 --------------------------
@@ -137,7 +137,7 @@ Aggregation = Literal[
 
 
 # --------------------------------------------------------------------------------------
-# group statistics and advantages (SPEC sections 1-2)
+# group statistics and advantages (docs/spec.md §1-§2)
 
 
 def mean_reward(k: Value = k, G: Value = G) -> Expr:
@@ -238,7 +238,7 @@ def rloo_advantage(rewards: Sequence[Value], i: int) -> Expr:
 
 
 # --------------------------------------------------------------------------------------
-# the identity (SPEC sections 3-4)
+# the identity (docs/spec.md §3-§4)
 
 
 def divisor(
@@ -250,7 +250,7 @@ def divisor(
     k: Value = k,
     G: Value = G,
 ) -> Expr:
-    """GRPO's divisor ``d`` under a convention of SPEC section 4.
+    """GRPO's divisor ``d`` under a convention of docs/spec.md §4.
 
     ``std = sigma`` (``ddof=0``) or ``sigma_bessel`` (``ddof=1``) of the group
     (``scale="group"``) or the symbol ``sigma_batch`` (``scale="batch"``); then
@@ -364,7 +364,7 @@ def population_covariance(x: Sequence[Value], y: Sequence[Value]) -> Expr:
     """Population covariance of two concrete lists: ``Cov(x, y) = (1/n) sum_i (x_i - mean x) (y_i - mean y)``.
 
     ``population_covariance(R, R)`` is ``sigma_R**2``; ``population_covariance(R, s) / d`` is
-    the update ``g`` for any real rewards (SPEC section 3).
+    the update ``g`` for any real rewards (docs/spec.md §3).
 
     >>> population_covariance([0, 1], [0, 1])
     1/4
@@ -385,7 +385,7 @@ def least_squares_slope(x: Sequence[Value], y: Sequence[Value]) -> Expr:
 
 
 # --------------------------------------------------------------------------------------
-# closed forms in p (SPEC section 5)
+# closed forms in p (docs/spec.md §5)
 
 
 def binomial_pmf(k: Value = k, G: Value = G, p: Value = p) -> Expr:
@@ -551,7 +551,7 @@ def expected_draws_per_kept_group(p: Value = p, G: Value = G) -> Expr:
 
 
 # --------------------------------------------------------------------------------------
-# loss aggregation (SPEC section 4): the per-response score the identity sees
+# loss aggregation (docs/spec.md §4): the per-response score the identity sees
 
 
 def aggregation_weight(

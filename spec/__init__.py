@@ -1,4 +1,4 @@
-"""The sigma-ref conformance suite (SPEC section 7): one module per level, one test per property.
+"""The sigma-ref conformance suite (docs/spec.md §7): one module per level, one test per property.
 
 Each property is written once, as ``test_<name>`` in ``test_<level>.py`` under
 ``@conformance_property`` (``sigma_ref.conformance.core``): the test is the check, its

@@ -2,7 +2,7 @@
 
 Zero mean within each group; permutation equivariance within a group; groups
 independent; invariance to a reward shift; GRPO invariant to a positive scale, Dr. GRPO and
-RLOO equivariant; the binary two-valued structure (SPEC section 7, level 1).
+RLOO equivariant; the binary two-valued structure (docs/spec.md §7, level 1).
 
 Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
 statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated

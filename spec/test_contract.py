@@ -1,7 +1,7 @@
 """Level 0, the contract.
 
 Shape, dtype and device preserved; inputs not mutated; deterministic; finite outputs;
-no autograd graph; a clear failure on malformed input (SPEC section 7, level 0).
+no autograd graph; a clear failure on malformed input (docs/spec.md §7, level 0).
 
 Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
 statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated

@@ -3,7 +3,7 @@
 The update built from the implementation's advantages (and, with ``--loss``, the
 gradient of its own loss at ratio 1 on a small random policy) equals the oracle's
 ``(sigma^2/d) * (s+ - s-)`` per group; the convention is detected from probes
-(SPEC section 7, level 2).
+(docs/spec.md §7, level 2).
 
 Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
 statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
@@ -151,7 +151,7 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
     logp = pol.logp()
     g_idx = torch.from_numpy(groups_of(batch))
     sizes = torch.bincount(g_idx).to(torch.float64)[g_idx]
-    # scores s_i = G * grad sum_t w_it logp_it (SPEC section 4), one batched backward
+    # scores s_i = G * grad sum_t w_it logp_it (docs/spec.md §4), one batched backward
     per_response = (w * logp).sum(-1)
     (jac,) = torch.autograd.grad(
         per_response,

@@ -1,7 +1,7 @@
 """Level 4, numerics.
 
 float64, float32, float16 and bfloat16 within the tolerances of
-``sigma_ref.testing.TOLERANCES``; large G; many groups; CUDA when present (SPEC section 7,
+``sigma_ref.testing.TOLERANCES``; large G; many groups; CUDA when present (docs/spec.md §7,
 level 4).
 
 Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the

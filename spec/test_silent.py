@@ -1,7 +1,7 @@
 """Level 3, silent groups and DAPO.
 
 Silent groups give zero advantages and a zero update, never NaN; DAPO's keep mask is
-``0 < k < G``; groups of one follow the convention (SPEC section 7, level 3).
+``0 < k < G``; groups of one follow the convention (docs/spec.md §7, level 3).
 
 Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
 statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated

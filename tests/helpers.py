@@ -60,7 +60,7 @@ def group_members(ids: Sequence[Hashable]) -> dict[Hashable, list[int]]:
 
 
 def ref_advantage(rewards: np.ndarray, ids: Sequence[Hashable], conv: Convention) -> np.ndarray:
-    """``A_i = (R_i - mean(group)) / d`` written from SPEC section 4, group by group."""
+    """``A_i = (R_i - mean(group)) / d`` written from docs/spec.md §4, group by group."""
     rewards = np.asarray(rewards, dtype=np.float64)
     out = np.zeros_like(rewards)
     batch_std = np.std(rewards, ddof=conv.ddof) if rewards.size > conv.ddof else 0.0

@@ -1,4 +1,4 @@
-"""The advantages against brute-force per-group references (SPEC sections 2 and 4).
+"""The advantages against brute-force per-group references (docs/spec.md §2 and §4).
 
 Every reference is written in the test from SPEC.md with plain numpy, one group at a
 time (:func:`tests.helpers.ref_advantage`); the oracle is vectorised, so the two share

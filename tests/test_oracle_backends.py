@@ -1,4 +1,4 @@
-"""numpy and torch, dtypes, devices, mutation and autograd (SPEC section 7, level 0).
+"""numpy and torch, dtypes, devices, mutation and autograd (docs/spec.md §7, level 0).
 
 CUDA cases carry ``@pytest.mark.cuda``; the root ``conftest.py`` skips them, with the
 reason, where ``torch.cuda.is_available()`` is False.

@@ -1,4 +1,4 @@
-"""Closed forms in ``p`` against exact and high-precision sums (SPEC section 5).
+"""Closed forms in ``p`` against exact and high-precision sums (docs/spec.md §5).
 
 References: exact rationals (``fractions``, with ``p`` the float's exact value) and square
 roots at 50 digits for small ``G``; for large ``G`` an mpmath sum at 40 digits walked out

@@ -1,4 +1,4 @@
-"""The identity ``g = (sigma**2 / d) * delta_s`` (SPEC section 3), on random scores.
+"""The identity ``g = (sigma**2 / d) * delta_s`` (docs/spec.md §3), on random scores.
 
 Tolerance: the update is a sum of ``G`` products ``A_i s_i`` that may cancel, so
 "1e-12 relative" is taken relative to the size of what is summed: per group and score
@@ -54,7 +54,7 @@ def _assert_identity(g: np.ndarray, prediction: np.ndarray, scale: np.ndarray, w
 
 
 def _ref_divisor(r: np.ndarray, conv: Convention, batch: np.ndarray) -> float:
-    """``d`` of one group with ``G >= 2`` under ``conv`` (SPEC section 4)."""
+    """``d`` of one group with ``G >= 2`` under ``conv`` (docs/spec.md §4)."""
     if conv.scale == "none":
         return 1.0
     std = float(np.std(r if conv.scale == "group" else batch, ddof=conv.ddof))

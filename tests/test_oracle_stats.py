@@ -1,4 +1,4 @@
-"""``group_sigma`` and ``centered_norm`` against independent formulas (SPEC section 1)."""
+"""``group_sigma`` and ``centered_norm`` against independent formulas (docs/spec.md §1)."""
 
 from __future__ import annotations
 

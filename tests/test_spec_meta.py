@@ -28,7 +28,7 @@ def test_one_test_per_property(level: str) -> None:
 
 
 def test_every_level_has_properties() -> None:
-    """SPEC section 7 levels 0-4 are all covered, one module each, loaded in the levels' order."""
+    """docs/spec.md §7 levels 0-4 are all covered, one module each, loaded in the levels' order."""
     assert SPEC_MODULES == tuple(f"test_{level}" for level in LEVELS)
     assert {p.level for p in load_properties().values()} == set(LEVELS)
 
@@ -91,3 +91,31 @@ def test_strategy_argument_errors(call, words: str) -> None:  # type: ignore[no-
     """Argument errors say exactly what is wrong."""
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace("[", r"\[")):
         call()
+
+
+def test_every_spec_citation_resolves() -> None:
+    """Each ``docs/spec.md §N`` (or ``§N.k``) the code, the docs and the proofs cite names a section
+    of ``docs/spec.md`` (a ``## §N`` heading, or item ``§N.k`` of its list), and no bare ``SPEC
+    section`` citation (of a document the repository does not hold) is left."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = (root / "docs" / "spec.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^## §(\d+)\b", spec, flags=re.MULTILINE))
+    items = set(re.findall(r"^\d+\. §(\d+\.\d+):", spec, flags=re.MULTILINE))
+    cited: dict[str, list[str]] = {}
+    bare: list[str] = []
+    for folder in ("sigma_ref", "spec", "tests", "proofs", "benchmarks"):
+        for path in (root / folder).rglob("*"):
+            if path.suffix not in (".py", ".md") or "__pycache__" in path.parts:
+                continue
+            text = path.read_text(encoding="utf-8")
+            for ref in re.findall(r"docs/spec\.md §(\d+(?:\.\d+)?)", text):
+                cited.setdefault(ref, []).append(path.name)
+            if re.search(r"\bSPEC (?:section|§)", text) and path.name != "test_spec_meta.py":
+                bare.append(str(path.relative_to(root)))
+    assert cited, "no citation found: the search is broken"
+    missing = {ref: where for ref, where in cited.items() if ref not in (items if "." in ref else sections)}
+    assert missing == {}, f"cited but not in docs/spec.md: {missing}"
+    assert bare == [], f"cite docs/spec.md §N instead of SPEC in {bare}"

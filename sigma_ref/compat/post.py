@@ -4,7 +4,7 @@ These functions are what the post "GRPO, Dr. GRPO, and DAPO Explained" prints un
 "Show Me The Code". They are kept so that the conformance suite and the errata ledger
 can run the post's documented behaviour; use :mod:`sigma_ref` for correct values.
 
-What they do, against the paper (SPEC section 6):
+What they do, against the paper (docs/spec.md §6):
 
 * :func:`grpo_advantage` treats the whole tensor as one group and divides by
   ``tensor.std()`` (Bessel, ``ddof=1``) plus ``1e-8``: the update is

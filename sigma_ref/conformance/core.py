@@ -233,7 +233,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Property:
-    """One property of SPEC section 7: ``test_<name>`` in ``spec/test_<level>.py``."""
+    """One property of docs/spec.md §7: ``test_<name>`` in ``spec/test_<level>.py``."""
 
     name: str
     level: str

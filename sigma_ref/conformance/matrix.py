@@ -5,7 +5,7 @@ seed post, TRL, verl, OpenRLHF), runs every property of
 the suite (``spec/test_<level>.py``) on every mode of every installed peer (the
 mode's declared convention is what it is checked against; the detected one is shown
 beside it) and prints one row per implementation and mode, one column per level of
-SPEC section 7:
+docs/spec.md §7:
 
 * ``pass``: every required property of the level passes (advisory ones that fail are
   listed after ``advisory:``);
