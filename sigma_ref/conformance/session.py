@@ -96,12 +96,13 @@ def new_seed() -> int:
     return random.SystemRandom().randrange(2**32)
 
 
-def _short(message: str, width: int = 160) -> str:
-    """The confirmed cause if the message names one, else its start."""
-    text = " ".join(message.split())
-    marker = "Likely cause (confirmed by a probe): "
-    if marker in text:
-        text = "cause: " + text.split(marker, 1)[1]
+def _short(outcome: Outcome, width: int = 160) -> str:
+    """``cause: ...`` when a probe confirmed the cause (the finding's field), else the message's start."""
+    finding = outcome.finding
+    if finding is not None and finding.cause and finding.confirmed:
+        text = "cause: " + " ".join(finding.cause.split())
+    else:
+        text = " ".join(outcome.message.split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -170,7 +171,7 @@ def summary(ctx: Context, outcomes: list[Outcome], *, seed: int | None, profile:
                 f"{level:<10} " + " ".join(f"{sum(o.verdict == k for o in sub):>5}" for k in _COUNTED)
             )
     for verdict in ("FAIL", "WARN", "NOTE"):
-        lines += [f"{verdict:<4} {o.label}: {_short(o.message)}" for o in outcomes if o.verdict == verdict]
+        lines += [f"{verdict:<4} {o.label}: {_short(o)}" for o in outcomes if o.verdict == verdict]
     first = next((o for o in outcomes if o.verdict == "FAIL"), None)
     if first is not None:
         text = " ".join(first.message.split())

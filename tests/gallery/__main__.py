@@ -17,7 +17,6 @@ from sigma_ref.conformance.session import build_context
 
 from . import trainers_correct, trainers_wrong, wrong, wrong_context
 
-_MARK = "Likely cause (confirmed by a probe): "
 _LAYOUTS = ("contiguous", "index", "grouped")
 
 
@@ -28,7 +27,6 @@ def _words(outcome: Outcome) -> str:
         text = finding.cause
     else:
         text = outcome.message.split("\n", 1)[0]
-        text = text.split(_MARK, 1)[1] if _MARK in text else text
     return " ".join(text.split()).replace("|", "/")
 
 
