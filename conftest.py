@@ -20,7 +20,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``@pytest.mark.cuda`` tests, with the reason, where no CUDA device is present."""
+    """Keep each notebook's cells on one pytest-xdist worker (nbval runs them in order in one
+    kernel; ``make test`` runs ``-n auto --dist loadgroup``), and skip ``@pytest.mark.cuda`` tests,
+    with the reason, where no CUDA device is present."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device: torch.cuda.is_available() is False")

@@ -98,73 +98,13 @@ def load_suite_profile(config: pytest.Config) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the conformance options (module doc)."""
+    """Register the conformance options (module doc; declared once in ``sigma_ref._options``)."""
+    from sigma_ref._options import add_to_pytest
+
     group = parser.getgroup("sigma-ref", "sigma-ref conformance suite (spec/)")
-    group.addoption(
-        "--sigma-ref-impl",
-        default=None,
-        metavar="PKG.MODULE:ATTR",
-        help="implementation under test: a function or an Adapter (default: the oracle)",
-    )
-    group.addoption(
-        "--sigma-ref-layout",
-        default=None,
-        choices=("contiguous", "index", "grouped", "token", "keep-mask"),
-        help="how a plain function is called: fn(rewards, G), fn(rewards, index), fn(rewards[B, G]), "
-        "fn(token_level_rewards, response_mask, index) or a keep-mask filter fn(rewards, index)",
-    )
-    group.addoption(
-        "--sigma-ref-output",
-        default=None,
-        metavar="KEY|INDEX",
-        help="where the advantages are in what the function returns: o[KEY] or o[INDEX]",
-    )
-    group.addoption(
-        "--sigma-ref-loss",
-        default=None,
-        metavar="PKG.MODULE:ATTR",
-        help="loss(logp, old_logp, advantages, mask) -> scalar; enables the gradient checks",
-    )
-    group.addoption(
-        "--sigma-ref-convention",
-        default="auto",
-        help="auto (detect from probes, default), a preset name, or rloo",
-    )
-    group.addoption(
-        "--sigma-ref-report", default=None, metavar="PATH", help="write the conformance results as JSON"
-    )
-    group.addoption(
-        "--sigma-ref-precision",
-        default="auto",
-        help="working precision of the tolerances: auto (declared or detected), float64, float32, ...",
-    )
-    group.addoption("--sigma-ref-strict", action="store_true", help="a WARN verdict counts as a FAIL")
-    group.addoption(
-        "--sigma-ref-aggregation",
-        default=None,
-        help="the loss's declared aggregation (verl's mode names or a TRL loss_type; default: detected)",
-    )
-    group.addoption(
-        "--sigma-ref-clip",
-        default=None,
-        metavar="EPS_LOW[,EPS_HIGH]",
-        help="the loss's declared PPO clip range",
-    )
-    group.addoption(
-        "--sigma-ref-timeout",
-        default=None,
-        type=_timeout_option,
-        metavar="SECONDS",
-        help="limit on each call of the implementation (default 10; 0: none)",
-    )
+    add_to_pytest(group)
     # sigma-ref check reads the child's progress from this file; not for users
     group.addoption("--sigma-ref-progress", default=None, help=argparse.SUPPRESS)
-
-
-def _timeout_option(text: str) -> float:
-    from sigma_ref.conformance.guard import timeout_option
-
-    return timeout_option(text)
 
 
 class _Progress:

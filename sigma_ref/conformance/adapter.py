@@ -40,6 +40,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from .._options import LAYOUTS
 from ..conventions import Convention
 
 __all__ = [
@@ -55,7 +56,6 @@ __all__ = [
 ]
 
 Layout = Literal["contiguous", "index", "grouped", "token", "keep-mask"]
-LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask")
 #: Layouts that group by an index (ragged and interleaved groups allowed).
 _BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask")
 #: The padded response length of the token layout's inputs, and the response lengths the

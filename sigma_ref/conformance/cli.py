@@ -15,8 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .adapter import LAYOUTS
-from .guard import timeout_option
+from .._options import add_to_argparse
 from .scaleout import add_scaleout_arguments, run_from_args
 
 __all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary"]
@@ -49,7 +48,9 @@ MIN_RUN_LIMIT = 120.0
 
 
 def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, progress: str) -> list[str]:
-    """The child's pytest arguments."""
+    """The child's pytest arguments: the suite's options as ``--sigma-ref-*`` (``sigma_ref._options``)."""
+    from .._options import pytest_argv
+
     argv = [
         str(where),
         "--rootdir",
@@ -58,10 +59,6 @@ def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, progress: str)
         ini,
         "-p",
         "no:cacheprovider",
-        "--sigma-ref-impl",
-        args.impl,
-        "--sigma-ref-convention",
-        args.convention,
         "--sigma-ref-progress",
         progress,
         "-q",
@@ -69,31 +66,14 @@ def _pytest_argv(args: argparse.Namespace, where: Path, ini: str, progress: str)
         "-p",
         "no:warnings",
         "-r" + ("fE" if args.full else "N"),
+        *pytest_argv(args),
     ]
-    if args.report:
-        argv += ["--sigma-ref-report", args.report]
-    if args.layout:
-        argv += ["--sigma-ref-layout", args.layout]
-    if args.loss:
-        argv += ["--sigma-ref-loss", args.loss]
     if args.hypothesis_profile:
         from ..pytest_plugin import profile_name
 
         argv += ["--hypothesis-profile", profile_name(args.hypothesis_profile)]
     if args.hypothesis_seed is not None:
         argv += ["--hypothesis-seed", str(args.hypothesis_seed)]
-    if args.precision != "auto":
-        argv += ["--sigma-ref-precision", args.precision]
-    if args.strict:
-        argv.append("--sigma-ref-strict")
-    if args.timeout is not None:
-        argv += ["--sigma-ref-timeout", repr(args.timeout)]
-    if args.output is not None:
-        argv += ["--sigma-ref-output", args.output]
-    if args.aggregation is not None:
-        argv += ["--sigma-ref-aggregation", args.aggregation]
-    if args.clip is not None:
-        argv += ["--sigma-ref-clip", args.clip]
     return argv
 
 
@@ -306,46 +286,18 @@ def add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run the conformance suite (spec/) on an implementation",
         description="Run the conformance suite on IMPL (pkg.module:attr, a function or an Adapter) in a "
         "child process. Exit code 0 when no property FAILs, 1 when one does or the implementation ends "
-        "the process, fails to import or hangs, 2 on a usage error; prints a one-screen summary.",
+        "the process, fails to import or hangs, 2 on a usage error; prints a one-screen summary. The "
+        f"whole run may take {RUN_LIMIT_FACTOR['dev']} times the per-call --timeout "
+        f"(at least {MIN_RUN_LIMIT:g} s).",
     )
     p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
-    p.add_argument("--layout", choices=LAYOUTS, help="how a plain function is called")
-    p.add_argument("--loss", help="pkg.module:attr of loss(logp, old_logp, advantages, mask)")
-    p.add_argument("--convention", default="auto", help="auto (default), a preset name, or rloo")
-    p.add_argument("--report", help="write the results as JSON to this path")
+    add_to_argparse(p, group="suite", skip=("impl",))
     p.add_argument(
         "--hypothesis-profile",
         choices=("ci", "dev", "thorough"),
         help="hypothesis profile (default: $HYPOTHESIS_PROFILE, else ci where CI is set, else dev)",
     )
     p.add_argument("--hypothesis-seed", type=int, help="hypothesis seed (reproduces a random run)")
-    p.add_argument(
-        "--precision",
-        default="auto",
-        help="working precision of the tolerances: auto (declared or detected), float64, float32, ...",
-    )
-    p.add_argument("--strict", action="store_true", help="a WARN verdict counts as a FAIL")
-    p.add_argument(
-        "--timeout",
-        type=timeout_option,
-        metavar="SECONDS",
-        help="limit on each call of the implementation (default 10; 0: none); the whole run may take "
-        f"{RUN_LIMIT_FACTOR['dev']} times as long (at least {MIN_RUN_LIMIT:g} s)",
-    )
-    p.add_argument(
-        "--output", help="where the advantages are in the result: a KEY (o[KEY]) or an INDEX (o[0])"
-    )
-    p.add_argument(
-        "--aggregation",
-        help="the loss's aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, "
-        "seq-mean-token-sum-norm, token-sum, or a TRL loss_type (grpo, bnpo, dr_grpo, dapo, ...); "
-        "default: detected",
-    )
-    p.add_argument(
-        "--clip",
-        metavar="EPS_LOW[,EPS_HIGH]",
-        help="the loss's PPO clip range (default: read off its gradient)",
-    )
     p.add_argument("--full", action="store_true", help="show each failure's full message")
     add_scaleout_arguments(p)
     p.set_defaults(run=run_check)
@@ -449,12 +401,6 @@ def add_detect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "probes or no known convention matches, 2 on a usage error.",
     )
     p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
-    p.add_argument("--layout", choices=LAYOUTS, help="how a plain function is called")
-    p.add_argument(
-        "--timeout",
-        type=timeout_option,
-        metavar="SECONDS",
-        help="limit on each probe call (default 10; 0: none)",
-    )
+    add_to_argparse(p, names=("layout", "timeout"))
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=_detect)

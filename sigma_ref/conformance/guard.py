@@ -35,6 +35,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .._options import seconds as timeout_option
+
 __all__ = [
     "ImplementationError",
     "call_guarded",
@@ -102,23 +104,6 @@ def set_timeout(seconds: float | None) -> None:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
         raise ValueError(f"timeout={seconds!r} must be a number of seconds >= 0 (0: no limit)")
     _timeout = float(seconds)
-
-
-def timeout_option(text: str) -> float:
-    """Parse a ``--timeout`` / ``--sigma-ref-timeout`` value (argparse ``type=``): seconds >= 0.
-
-    >>> timeout_option("2.5")
-    2.5
-    """
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (0: no limit)")
-    return value
 
 
 def get_timeout() -> float:

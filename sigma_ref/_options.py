@@ -1,0 +1,267 @@
+"""The conformance suite's options, declared once for ``pytest`` and for ``sigma-ref check``.
+
+Each :class:`Option` is ``--sigma-ref-<name>`` in pytest (``pytest_plugin``: every option of
+the plugin shares the prefix, as hypothesis's share ``--hypothesis-``) and ``--<name>`` on
+``sigma-ref check``, which passes what it was given on to the child pytest
+(:func:`pytest_argv`). This module imports nothing heavy: the plugin loads it in every pytest
+session of every project where sigma-ref is installed.
+
+>>> [o.name for o in OPTIONS][:3]
+['impl', 'layout', 'output']
+>>> OPTIONS[1].pytest_flag, OPTIONS[1].dest
+('--sigma-ref-layout', 'sigma_ref_layout')
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "LAYOUTS",
+    "SPLITS",
+    "LOSS_SCALES",
+    "Option",
+    "OPTIONS",
+    "seconds",
+    "counts",
+    "add_to_pytest",
+    "add_to_argparse",
+    "pytest_argv",
+]
+
+#: How a plain function is called (``spec/README.md``, "Call shapes").
+LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask")
+#: Level 5: how groups are sharded over ranks, and who scales micro-batch losses.
+SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
+LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
+
+
+def seconds(text: str) -> float:
+    """Parse a time limit (argparse ``type=``): a number of seconds >= 0 (0: no limit).
+
+    >>> seconds("2.5")
+    2.5
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (0: no limit)")
+    return value
+
+
+def counts(text: str) -> tuple[int, ...]:
+    """Parse ``M`` or ``M1,M2,...`` (argparse ``type=``): counts >= 1.
+
+    >>> counts("1,2,3")
+    (1, 2, 3)
+    """
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count or a list like 1,2,3") from None
+    if not all(v >= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: micro-batch counts must be >= 1")
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ranks >= 1")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of the suite: its name, help, default and parser (argparse's meanings).
+
+    ``group``: ``"suite"`` (levels 0-4) or ``"scale-out"`` (level 5). ``flag``: a switch
+    (``store_true``). ``show``: ``str`` of a parsed value as the child pytest reads it back.
+    """
+
+    name: str
+    help: str
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    flag: bool = False
+    type: Callable[[str], Any] | None = None
+    group: str = "suite"
+    show: Callable[[Any], str] = str
+
+    @property
+    def pytest_flag(self) -> str:
+        """``--sigma-ref-<name>``."""
+        return f"--sigma-ref-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        """The attribute pytest's ``config.getoption`` reads: ``sigma_ref_<name>``."""
+        return "sigma_ref_" + self.name.replace("-", "_")
+
+    @property
+    def check_dest(self) -> str:
+        """The attribute of ``sigma-ref check``'s namespace: ``<name>`` with ``_``."""
+        return self.name.replace("-", "_")
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``add_argument`` / ``addoption``."""
+        if self.flag:
+            return {"action": "store_true", "help": self.help}
+        kw: dict[str, Any] = {"default": self.default, "help": self.help}
+        for key in ("choices", "metavar", "type"):
+            value = getattr(self, key)
+            if value is not None:
+                kw[key] = value
+        return kw
+
+
+def _show_counts(value: Sequence[int]) -> str:
+    return ",".join(str(v) for v in value)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "impl",
+        "implementation under test: a function or an Adapter (default: the oracle)",
+        metavar="PKG.MODULE:ATTR",
+    ),
+    Option(
+        "layout",
+        "how a plain function is called: fn(rewards, G), fn(rewards, index), fn(rewards[B, G]), "
+        "fn(token_level_rewards, response_mask, index) or a keep-mask filter fn(rewards, index)",
+        choices=LAYOUTS,
+    ),
+    Option(
+        "output",
+        "where the advantages are in what the function returns: o[KEY] or o[INDEX]",
+        metavar="KEY|INDEX",
+    ),
+    Option(
+        "loss",
+        "loss(logp, old_logp, advantages, mask) -> scalar or (scalar, metrics); enables the gradient checks",
+        metavar="PKG.MODULE:ATTR",
+    ),
+    Option("convention", "auto (detect from probes, default), a preset name, or rloo", default="auto"),
+    Option("report", "write the conformance results as JSON to this path", metavar="PATH"),
+    Option(
+        "precision",
+        "working precision of the tolerances: auto (declared or detected), float64, float32, ...",
+        default="auto",
+    ),
+    Option("strict", "a WARN verdict counts as a FAIL", flag=True),
+    Option(
+        "aggregation",
+        "the loss's aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, "
+        "seq-mean-token-sum-norm, token-sum, or a TRL loss_type (grpo, bnpo, dr_grpo, dapo, ...); "
+        "default: detected",
+    ),
+    Option(
+        "clip",
+        "the loss's PPO clip range (default: read off its gradient)",
+        metavar="EPS_LOW[,EPS_HIGH]",
+    ),
+    Option(
+        "timeout",
+        "limit on each call of the implementation (default 10; 0: none)",
+        metavar="SECONDS",
+        type=seconds,
+        show=repr,
+    ),
+    # level 5
+    Option(
+        "world-size",
+        "level 5: data-parallel ranks (starts W real torch.distributed processes)",
+        metavar="W",
+        type=_positive_int,
+        group="scale-out",
+    ),
+    Option(
+        "micro-batches",
+        "level 5: micro-batches per rank (gradient accumulation); several as 1,2,3",
+        metavar="M",
+        type=counts,
+        group="scale-out",
+        show=_show_counts,
+    ),
+    Option(
+        "split",
+        "level 5: how groups are sharded over ranks",
+        default="whole-groups",
+        choices=SPLITS,
+        group="scale-out",
+    ),
+    Option(
+        "loss-scale",
+        "level 5: none: micro-batch gradients are added as they are; mean-over-micro-batches: each "
+        "loss is divided by M first",
+        default="none",
+        choices=LOSS_SCALES,
+        group="scale-out",
+    ),
+    Option(
+        "scaleout-timeout",
+        "level 5: seconds before a hung rank fails the check",
+        default=120.0,
+        metavar="S",
+        type=float,
+        group="scale-out",
+        show=repr,
+    ),
+    Option(
+        "backend",
+        "level 5: the torch.distributed backend (auto: nccl when every rank has a CUDA device, else gloo)",
+        default="auto",
+        choices=("auto", "gloo", "nccl"),
+        group="scale-out",
+    ),
+)
+
+
+def add_to_pytest(group: Any) -> None:
+    """Register every option on a pytest option group as ``--sigma-ref-<name>``."""
+    for option in OPTIONS:
+        group.addoption(option.pytest_flag, dest=option.dest, **option.kwargs())
+
+
+def add_to_argparse(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    group: str | None = None,
+    names: Sequence[str] | None = None,
+    skip: Sequence[str] = (),
+) -> None:
+    """Add options as ``--<name>``: those of ``group`` (``"suite"`` or ``"scale-out"``) or those
+    in ``names``, except ``skip``."""
+    for option in OPTIONS:
+        chosen = (names is None or option.name in names) and (group is None or option.group == group)
+        if chosen and option.name not in skip:
+            parser.add_argument(f"--{option.name}", dest=option.check_dest, **option.kwargs())
+
+
+def pytest_argv(args: argparse.Namespace) -> list[str]:
+    """``sigma-ref check``'s parsed options as the child pytest's ``--sigma-ref-*`` arguments
+    (an option left at its default is not passed).
+
+    >>> pytest_argv(argparse.Namespace(impl="m:f", strict=True, timeout=2.5, micro_batches=(1, 2)))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['--sigma-ref-impl', 'm:f', '--sigma-ref-strict', '--sigma-ref-timeout', '2.5',
+     '--sigma-ref-micro-batches', '1,2']
+    """
+    argv: list[str] = []
+    for option in OPTIONS:
+        value = getattr(args, option.check_dest, None)
+        if option.flag:
+            if value:
+                argv.append(option.pytest_flag)
+        elif value is not None and value != option.default:
+            argv += [option.pytest_flag, option.show(value)]
+    return argv
