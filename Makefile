@@ -26,13 +26,17 @@ demo: install
 	$(VENV)/bin/sigma-ref check tests.gallery.correct:trl_contiguous --layout contiguous \
 		--loss tests.gallery.correct:token_mean_loss
 
+# pytest-xdist: one worker per core; a file's tests stay on one worker (nbval runs a notebook's
+# cells in order in one kernel, and module fixtures are shared)
+XDIST := -n auto --dist loadfile
+
 test: install
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest $(XDIST) -m "not slow"
 
 # ruff first: an unformatted file fails CI before the long test run starts. mypy runs in
 # `make lint` only until its last errors (conformance/scaleout.py, advantages.py) are fixed.
 test-all: install peers ruff
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
 
 ruff: install
 	$(VENV)/bin/ruff check .

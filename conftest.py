@@ -20,12 +20,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each notebook's cells on one pytest-xdist worker (nbval runs them in order in one
-    kernel; ``make test`` runs ``-n auto --dist loadgroup``), and skip ``@pytest.mark.cuda`` tests,
-    with the reason, where no CUDA device is present."""
-    for item in items:
-        if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    """Run the README's generated blocks first (``make test`` runs pytest-xdist with
+    ``--dist loadfile``), and skip ``@pytest.mark.cuda`` tests, with the reason, where no CUDA
+    device is present."""
+    # the longest file (the README's generated blocks, the peer matrix among them) first, so
+    # that under pytest-xdist it starts at once and the other workers share the rest
+    items.sort(key=lambda item: item.path.name != "test_readme.py")
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device: torch.cuda.is_available() is False")
