@@ -544,25 +544,32 @@ def _factorize_repeated_first_seen(
     seq: list[Any], by_object: np.ndarray, m: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_factorize_objects` with ``sort=False`` once ``by_object`` numbers the ``m`` distinct
-    objects of ``seq`` (by address): each object's first position orders them, and one object per
-    address goes through the dict (which merges distinct objects that are equal by ``==``)."""
+    objects of ``seq`` in address order: one object per address goes through the dict (which merges
+    distinct objects equal by ``==``), taken in address order (the objects are read in memory
+    order, not in the batch's random order); the groups are then numbered by first position."""
     n = len(seq)
     first = np.full(m, n, dtype=np.int64)
     np.minimum.at(first, by_object, np.arange(n))  # each object's first position
-    is_first = np.zeros(n, dtype=bool)
-    is_first[first] = True
-    seen = np.cumsum(is_first, dtype=np.int64) - 1  # at a first position: that object's rank
-    object_rank = seen[first]  # address order -> first-seen order
-    positions = np.flatnonzero(is_first).tolist()  # the objects' first positions, in order
-    objects = list(operator.itemgetter(*positions)(seq)) if m > 1 else [seq[positions[0]]]
+    objects = list(operator.itemgetter(*first.tolist())(seq)) if m > 1 else [seq[int(first[0])]]
     try:
-        code, _, ids = _factorize_by_value(objects, sort=False)
+        code, _, values = _factorize_by_value(objects, sort=False)  # values numbered in address order
     except (TypeError, ValueError):
         return _factorize_by_value(seq, sort=False)  # the error at the caller's position
-    inverse = object_rank[by_object]
-    if ids.size < m:  # distinct objects equal by ==: merged (first-seen order is kept)
-        inverse = code[inverse]
-    return inverse, np.bincount(inverse, minlength=ids.size), ids
+    if values.size < m:  # distinct objects equal by ==: a value's first position is its objects' least
+        value_first = np.full(values.size, n, dtype=np.int64)
+        np.minimum.at(value_first, code, first)
+        # each value is named by its first-seen object, as in the dict over every element
+        values = np.fromiter([seq[p] for p in value_first.tolist()], dtype=object, count=values.size)
+    else:
+        value_first = first
+    is_first = np.zeros(n, dtype=bool)
+    is_first[value_first] = True
+    value_rank = (np.cumsum(is_first, dtype=np.int64) - 1)[value_first]  # first-seen number
+    ids = np.empty(values.size, dtype=object)
+    ids[value_rank] = values
+    rank = value_rank if values.size == m else value_rank[code]
+    inverse = rank[by_object]
+    return inverse, np.bincount(inverse, minlength=values.size), ids
 
 
 def _factorize_by_value(
