@@ -661,7 +661,7 @@ def factorize(
         ids_arr = index
     else:
         try:
-            seq = list(index)
+            seq = index if type(index) is list else list(index)  # read only: a list is not copied
         except TypeError:
             raise TypeError(f"index={short(index)} must be a sequence of group ids, one per reward") from None
         _check_index_length(len(seq), n)
