@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from sigma_ref import dapo_keep_mask, dr_grpo_advantage, group_statistics, grpo_advantage, rloo_advantage
-from sigma_ref._arrays import arrange, factorize
+from sigma_ref._arrays import _addresses, arrange, factorize
 
 N = 8192  # above the 4,096 ids where the address detour starts
 
@@ -226,3 +226,48 @@ def test_non_finite_rewards_name_their_group() -> None:
     rewards[4321] = math.inf
     with pytest.raises(ValueError, match=rf"inf in group with index id '{seq[4321]}' \(flat position 4321\)"):
         grpo_advantage(rewards, index=seq)
+
+
+# ---------------------------------------------------------------------------
+# object arrays (verl's uid) are read in place: their buffer of pointers, no tolist()
+
+
+def test_object_array_addresses_are_ids() -> None:
+    base = np.array([object() for _ in range(100)] + ["a"] * 50 + [1.5, None, (1, 2)], dtype=object)
+    for arr in (base, base[::3], base[::-1], base[10:20]):
+        assert _addresses(arr).tolist() == [id(x) for x in arr]
+    assert _addresses(np.array([], dtype=object)).size == 0
+
+
+@pytest.mark.parametrize("view", [slice(None), slice(None, None, -1), slice(1, None, 2)])
+@pytest.mark.parametrize("sort", [True, False])
+def test_object_arrays_equal_lists(view: slice, sort: bool) -> None:
+    names = _uuids(N // 8)
+    seq: list[Any] = _interleaved(names, 8)
+    seq[::97] = ["".join(list(x)) for x in seq[::97]]  # some distinct objects with equal text
+    arr = np.array(seq, dtype=object)[view]
+    got, want = factorize(arr, arr.size, sort=sort), factorize(arr.tolist(), arr.size, sort=sort)
+    assert all(a.tolist() == b.tolist() for a, b in zip(got, want, strict=True))
+    if not sort:
+        _check(arr.tolist())
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "words"),
+    [
+        (None, ValueError, "index[5000] is None"),
+        (float("nan"), ValueError, "index[5000] is nan"),
+        ([1], TypeError, "index[5000]=[1] is a list"),
+    ],
+)
+@pytest.mark.parametrize("sort", [True, False])
+def test_bad_ids_in_an_object_array_name_their_position(
+    bad: object, error: type, words: str, sort: bool
+) -> None:
+    names = [f"g{j}" for j in range(512)]
+    arr = np.empty(N, dtype=object)
+    arr[:] = [names[i % 512] for i in range(N)]
+    arr[5000] = bad
+    with pytest.raises(error) as info:
+        factorize(arr, N, sort=sort)
+    assert words in str(info.value)
