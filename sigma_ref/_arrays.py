@@ -277,6 +277,10 @@ class Rows:
         """Group (column) of the element at ``flat_position`` of the ``[G, B]`` values."""
         return flat_position % self.n_groups
 
+    def first_group(self, mask: Array) -> int:
+        """The first group (row, or run of ids) where ``mask`` (per group) holds."""
+        return int(_first_groups(mask)[0])
+
     def caller_position(self, flat_position: int) -> int:
         """The same element's flat position in the caller's ``[..., G]`` order."""
         member, group = divmod(flat_position, self.n_groups)
@@ -289,7 +293,9 @@ class Segments:
 
     ``sizes[j]`` is the size of group ``j``; ``ids`` the group ids in group order
     (``None`` when the groups are the rows of a ``[..., G]`` array: then
-    ``batch_shape``/``dim`` describe it, the identity's layout).
+    ``batch_shape``/``dim`` describe it, the identity's layout). ``in_order``: the groups are
+    numbered in :func:`factorize`'s sorted order; ``False`` when they may be numbered in
+    first-seen order (``sort=False``), which only :meth:`first_group` has to undo.
     """
 
     inverse: Array
@@ -298,6 +304,7 @@ class Segments:
     ids: np.ndarray | None
     batch_shape: tuple[int, ...] | None = None
     dim: int = 0
+    in_order: bool = True
 
     @property
     def torch(self) -> bool:
@@ -376,11 +383,33 @@ class Segments:
     def group_of(self, flat_position: int) -> int:
         return int(self.inverse[flat_position])
 
+    def first_group(self, mask: Array) -> int:
+        """The first group where ``mask`` (per group) holds, in sorted group order: the group an
+        error names. With ``in_order=False`` the ids' sorted order is worked out here (on the
+        error path only), so errors name the same group as with ``sort=True``."""
+        where = _first_groups(mask)
+        if self.in_order or self.ids is None or where.size == 1:
+            return int(where[0])
+        rank = _factorize_by_value(self.ids.tolist())[0]  # sorted (else first-seen) rank of each id
+        return int(where[np.argmin(rank[where])])
+
     def caller_position(self, flat_position: int) -> int:
         return flat_position
 
 
 Layout = Rows | Segments
+
+
+def _first_groups(mask: Array) -> np.ndarray:
+    """The group numbers where a per-group boolean ``mask`` (numpy or torch) holds, as numpy."""
+    if is_tensor(mask):
+        mask = mask.detach().cpu().numpy()
+    where: np.ndarray = np.flatnonzero(mask)
+    if where.size == 0:
+        raise ValueError("no group is selected")  # callers test mask.any() first
+    return where
+
+
 Groups = Segments  # the identity's name for a flat layout
 
 
@@ -441,12 +470,35 @@ def _refuse_self_unequal(table: dict[Any, Any], seq: list[Any]) -> None:
             )
 
 
-def _addresses(seq: list[Any]) -> np.ndarray:
-    """``[id(x) for x in seq]`` as ``uint64``: on CPython, a copy of the list's own array of object
-    pointers (``ob_item``, read through ctypes after checking the list's header: ``ob_size`` equals
-    ``len(seq)``, ``allocated`` is at least that, and sampled pointers equal ``id()``); elsewhere,
-    or if any check fails, ``id()`` per element (a thousand times slower: ~1 s for 2**20)."""
+class _Pointers:
+    """An object array's buffer seen as ``uint64`` (``np.array(_Pointers(a))`` copies it): numpy
+    stores an object array's elements as ``PyObject *`` pointers, on CPython their ``id()``."""
+
+    def __init__(self, objects: np.ndarray) -> None:
+        self.__array_interface__ = {
+            "shape": objects.shape,
+            "strides": objects.strides,
+            "typestr": "<u8",
+            "data": (objects.__array_interface__["data"][0], True),
+            "version": 3,
+        }
+
+
+def _addresses(seq: list[Any] | np.ndarray) -> np.ndarray:
+    """``[id(x) for x in seq]`` as ``uint64``, without touching the objects: on CPython, a copy of
+    an object array's buffer of pointers (numpy's documented layout), or of a list's own array of
+    object pointers (``ob_item``, read through ctypes after checking the list's header: ``ob_size``
+    equals ``len(seq)``, ``allocated`` is at least that); sampled pointers must equal ``id()``.
+    Elsewhere, or if any check fails, ``id()`` per element (~200 times slower: ~0.2 s for 2**20;
+    every way of reading the objects from Python touches each one, a cache miss per reward)."""
     n = len(seq)
+    probe = np.unique(np.r_[0, n - 1, np.linspace(0, n - 1, 17).astype(np.int64)]) if n else np.r_[0]
+    if isinstance(seq, np.ndarray):
+        if sys.implementation.name == "cpython" and n and seq.dtype == object and seq.itemsize == 8:
+            pointers: np.ndarray = np.array(_Pointers(seq), dtype=np.uint64)
+            if all(int(pointers[i]) == id(seq[i]) for i in probe):
+                return pointers
+        return np.fromiter(map(id, seq), dtype=np.uint64, count=n)
     if sys.implementation.name == "cpython" and n:
         word = ctypes.sizeof(ctypes.c_void_p)
         head = id(seq)
@@ -458,7 +510,6 @@ def _addresses(seq: list[Any]) -> np.ndarray:
                 out: np.ndarray = np.frombuffer(
                     memoryview((ctypes.c_uint64 * n).from_address(items)), dtype=np.uint64
                 ).copy()
-                probe = np.unique(np.r_[0, n - 1, np.linspace(0, n - 1, 17).astype(np.int64)])
                 if all(int(out[i]) == id(seq[i]) for i in probe):
                     return out
     return np.fromiter(map(id, seq), dtype=np.uint64, count=n)
@@ -468,15 +519,35 @@ class _UnsortableError(Exception):
     """Raised by :func:`_factorize_by_value` (``sortable_only=True``) for ids that do not sort."""
 
 
-def _factorize_objects(seq: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: Exact types whose values are always equal to themselves (no NaN can hide in them).
+_SELF_EQUAL_TYPES = frozenset({str, bytes, int})
+
+
+def _take(seq: list[Any] | np.ndarray, positions: np.ndarray) -> list[Any]:
+    """``[seq[p] for p in positions]`` in one C loop (a list) or one gather (an object array)."""
+    if isinstance(seq, np.ndarray):
+        taken: list[Any] = seq[positions].tolist()
+        return taken
+    return list(operator.itemgetter(*positions.tolist())(seq)) if positions.size > 1 else [seq[positions[0]]]
+
+
+def _as_list(seq: list[Any] | np.ndarray) -> list[Any]:
+    return seq.tolist() if isinstance(seq, np.ndarray) else seq
+
+
+def _factorize_objects(
+    seq: list[Any] | np.ndarray, sort: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Factorise hashable ids with a dict: groups are ids equal under ``==`` (``1`` and ``'1'``
-    differ). Group order is sorted order when the ids sort, else first-seen order.
+    differ). Group order is sorted order when the ids sort, else first-seen order; with
+    ``sort=False`` always first-seen order (nothing is sorted, as ``pandas.factorize``).
 
     Batches repeat each id object (``np.repeat`` of a uid array, or one string per group reused):
     the objects are first grouped by identity (``id()``, their address: no object is read, so no
     cache miss per element), and only one object per address is hashed, compared and sorted.
     Two live objects never share an address and are 16 bytes apart at least, so ``address // 16``
-    names each object once; objects equal by ``==`` but distinct are merged in the dict step."""
+    names each object once; objects equal by ``==`` but distinct are merged in the dict step.
+    ``seq`` is a list, or a one-dimensional object array (read in place: no ``tolist()``)."""
     n = len(seq)
     if n >= 4096:
         address = _addresses(seq)
@@ -491,24 +562,59 @@ def _factorize_objects(seq: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarr
         else:
             _, by_object = np.unique(slots, return_inverse=True)
             m = int(by_object.max()) + 1
+        if 2 * m <= n and not sort:  # repeated objects, numbered by first appearance
+            return _factorize_repeated_first_seen(seq, by_object, m)
         if 2 * m <= n:  # repeated objects: worth the detour
             any_position = np.empty(m, dtype=np.int64)
             any_position[by_object] = np.arange(n)  # whichever position lands, it is the same object
-            objects = list(operator.itemgetter(*any_position.tolist())(seq)) if m > 1 else [seq[0]]
+            objects = _take(seq, any_position)
             try:
                 code, _, ids = _factorize_by_value(objects, sortable_only=True)
             except (_UnsortableError, TypeError, ValueError):
-                return _factorize_by_value(seq)  # first-seen order, or the error at the caller's position
+                return _factorize_by_value(_as_list(seq))  # first-seen order, or the error at its position
             inverse = code[by_object]
             return inverse, np.bincount(inverse, minlength=ids.size), ids
-    return _factorize_by_value(seq)
+    return _factorize_by_value(_as_list(seq), sort=sort)
+
+
+def _factorize_repeated_first_seen(
+    seq: list[Any] | np.ndarray, by_object: np.ndarray, m: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_factorize_objects` with ``sort=False`` once ``by_object`` numbers the ``m`` distinct
+    objects of ``seq`` in address order: one object per address goes through the dict (which merges
+    distinct objects equal by ``==``), taken in address order (the objects are read in memory
+    order, not in the batch's random order); the groups are then numbered by first position."""
+    n = len(seq)
+    first = np.full(m, n, dtype=np.int64)
+    np.minimum.at(first, by_object, np.arange(n))  # each object's first position
+    objects = _take(seq, first)
+    try:
+        code, _, values = _factorize_by_value(objects, sort=False)  # values numbered in address order
+    except (TypeError, ValueError):
+        return _factorize_by_value(_as_list(seq), sort=False)  # the error at the caller's position
+    if values.size < m:  # distinct objects equal by ==: a value's first position is its objects' least
+        value_first = np.full(values.size, n, dtype=np.int64)
+        np.minimum.at(value_first, code, first)
+        # each value is named by its first-seen object, as in the dict over every element
+        values = np.fromiter(_take(seq, value_first), dtype=object, count=values.size)
+    else:
+        value_first = first
+    is_first = np.zeros(n, dtype=bool)
+    is_first[value_first] = True
+    value_rank = (np.cumsum(is_first, dtype=np.int64) - 1)[value_first]  # first-seen number
+    ids = np.empty(values.size, dtype=object)
+    ids[value_rank] = values
+    rank = value_rank if values.size == m else value_rank[code]
+    inverse = rank[by_object]
+    return inverse, np.bincount(inverse, minlength=values.size), ids
 
 
 def _factorize_by_value(
-    seq: list[Any], sortable_only: bool = False
+    seq: list[Any], sortable_only: bool = False, sort: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_factorize_objects` through a dict over every element (``sortable_only``: raise
-    :class:`_UnsortableError` where the first-seen order would be needed)."""
+    :class:`_UnsortableError` where the first-seen order would be needed; ``sort=False``:
+    first-seen order, nothing sorted)."""
     try:
         table: dict[Any, Any] = dict.fromkeys(seq)
     except TypeError:
@@ -526,6 +632,16 @@ def _factorize_by_value(
             f"index[{seq.index(None)}] is None; every reward needs a group id (a missing uid?): "
             "fill it in or drop that reward"
         )
+    if not sort:
+        if not set(map(type, table)) <= _SELF_EQUAL_TYPES:
+            _refuse_self_unequal(table, seq)
+        ids = np.fromiter(table, dtype=object, count=len(table))
+        if len(table) == len(seq):  # every id distinct: group j is element j
+            inverse = np.arange(len(seq), dtype=np.int64)
+            return inverse, np.ones(len(seq), dtype=np.int64), ids
+        code = dict(zip(table, range(len(table)), strict=True))
+        inverse = np.array(operator.itemgetter(*seq)(code), dtype=np.int64)
+        return inverse, np.bincount(inverse, minlength=len(code)), ids
     try:
         order, comparable = sorted(table), True
     except TypeError:  # ids of kinds that do not compare (e.g. 1 and 'a'): first-seen order
@@ -543,7 +659,9 @@ def _factorize_by_value(
     return inverse, np.bincount(inverse, minlength=len(order)), ids
 
 
-def factorize(index: Any, n: int, device: Any = None) -> tuple[Array, Array, np.ndarray]:
+def factorize(
+    index: Any, n: int, device: Any = None, *, sort: bool = True
+) -> tuple[Array, Array, np.ndarray]:
     """Group ids of a flat batch of ``n`` as ``(inverse, sizes, ids)``.
 
     ``inverse[i]`` is the group number of reward ``i``; groups are numbered in sorted order
@@ -551,6 +669,11 @@ def factorize(index: Any, n: int, device: Any = None) -> tuple[Array, Array, np.
     Ids are grouped by ``==``: ``1``, ``1.0`` and ``True`` are one group, ``1`` and
     ``'1'`` two. ``device`` (a torch device) puts ``inverse`` and ``sizes`` there;
     ``None`` gives numpy. None, NaN and unhashable ids are refused.
+
+    ``sort=False`` is for callers whose results do not depend on the group order (one value
+    per reward): ids that are Python objects (strings, tuples, ...) are then numbered in
+    first-seen order, as ``pandas.factorize``, and never sorted; numbers keep sorted order
+    (it costs nothing more). Grouping and errors are the same as with ``sort=True``.
     """
     if isinstance(index, (str, bytes)) or index is None or isinstance(index, numbers.Number):
         raise TypeError(f"index={index!r} must be a sequence of group ids, one per reward")
@@ -575,12 +698,12 @@ def factorize(index: Any, n: int, device: Any = None) -> tuple[Array, Array, np.
         ids_arr = index
     else:
         try:
-            seq = list(index)
+            seq = index if type(index) is list else list(index)  # read only: a list is not copied
         except TypeError:
             raise TypeError(f"index={short(index)} must be a sequence of group ids, one per reward") from None
         _check_index_length(len(seq), n)
         if seq and isinstance(seq[0], (str, bytes, tuple)):  # not numbers: by == through a dict
-            return _on_device(*_factorize_objects(seq), device)
+            return _on_device(*_factorize_objects(seq, sort), device)
         kinds = set(map(type, seq))
         if kinds <= {int, np.int64, np.int32}:
             try:
@@ -590,7 +713,7 @@ def factorize(index: Any, n: int, device: Any = None) -> tuple[Array, Array, np.
         elif kinds <= {float, int, np.float64}:
             ids_arr = np.array(seq, dtype=np.float64)
         else:
-            return _on_device(*_factorize_objects(seq), device)
+            return _on_device(*_factorize_objects(seq, sort), device)
     _check_index_length(ids_arr.shape[0], n)
     kind = ids_arr.dtype.kind
     if kind in "iub":
@@ -605,8 +728,10 @@ def factorize(index: Any, n: int, device: Any = None) -> tuple[Array, Array, np.
         ids, inverse = np.unique(ids_arr, return_inverse=True)
         inverse = inverse.reshape(-1)
         sizes = np.bincount(inverse, minlength=ids.size)
-    else:  # strings, bytes and Python objects: by ==, through a dict
-        inverse, sizes, ids = _factorize_objects(ids_arr.tolist())
+    elif kind == "O":  # Python objects: by ==, through a dict, read in place
+        inverse, sizes, ids = _factorize_objects(ids_arr, sort)
+    else:  # numpy strings and bytes: by ==, through a dict
+        inverse, sizes, ids = _factorize_objects(ids_arr.tolist(), sort)
     return _on_device(inverse, sizes, ids, device)
 
 
@@ -664,12 +789,15 @@ def _columns(x: Array, axis: int, size: int, n_groups: int) -> Array:
     return np.array(moved, dtype=np.float64, order="C").reshape(size, n_groups)
 
 
-def arrange(x: Array, index: Any, dim: Any, name: str) -> tuple[Array, Layout]:
+def arrange(x: Array, index: Any, dim: Any, name: str, *, sort: bool = True) -> tuple[Array, Layout]:
     """``x`` (real numbers, numpy or torch) as the float64 values the statistics run on, and
     its layout (the row layout's values are a new array; the index layout's may be ``x``).
 
     Without ``index``: :class:`Rows` along ``dim``. With ``index``: :class:`Rows` when the
     ids come in contiguous runs of one length (``[a, a, b, b, ...]``), else :class:`Segments`.
+    ``sort=False``: the groups may be numbered in first-seen order (:func:`factorize`), for
+    callers whose results are per reward; :meth:`Segments.first_group` still names the group an
+    error would name in sorted order.
     """
     if x.size == 0 if isinstance(x, np.ndarray) else x.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); pass at least one group")
@@ -686,7 +814,7 @@ def arrange(x: Array, index: Any, dim: Any, name: str) -> tuple[Array, Layout]:
             "by its ids; drop dim= (or drop index= to group along dim)"
         )
     n = int(x.shape[0])
-    inverse, sizes, ids = factorize(index, n, x.device if is_tensor(x) else None)
+    inverse, sizes, ids = factorize(index, n, x.device if is_tensor(x) else None, sort=sort)
     x = x.to(torch_module().float64) if is_tensor(x) else np.asarray(x, dtype=np.float64)
     n_groups = len(ids)
     size = n // n_groups
@@ -695,7 +823,7 @@ def arrange(x: Array, index: Any, dim: Any, name: str) -> tuple[Array, Layout]:
         if bool((runs == runs[:, :1]).all()):  # contiguous runs of one length: rows
             rows = Rows(n_groups, size, sizes, (n_groups,), 0, 1, runs[:, 0], ids, inverse)
             return _columns(x.reshape(n_groups, size), 1, size, n_groups), rows
-    return x, Segments(inverse, sizes, n_groups, ids)
+    return x, Segments(inverse, sizes, n_groups, ids, in_order=sort)
 
 
 def layout(x: Any, index: Any, dim: Any, name: str) -> tuple[Any, Segments]:

@@ -310,7 +310,7 @@ def _statistics(values: Array, lay: Layout, conv: Convention, *, owned: bool = F
     kernel = _centre(values, lay, owned=owned)
     singleton = kernel.singleton
     if conv.singleton == "error" and bool(singleton.any()):
-        group = int(xp.nonzero(singleton)[0][0])
+        group = lay.first_group(singleton)
         raise ValueError(
             f"rewards has a group of size 1 ({lay.describe(group)}); GRPO needs "
             f"G >= 2 responses per prompt under convention {conv.name!r}. Sample "
@@ -395,9 +395,14 @@ def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
     )
 
 
-def _prepare(rewards: Any, index: Any, dim: Any) -> tuple[Array, Layout, _arrays.Backend]:
+def _prepare(
+    rewards: Any, index: Any, dim: Any, *, sort: bool = True
+) -> tuple[Array, Layout, _arrays.Backend]:
+    """The float64 values and the layout. ``sort=False`` for results given per reward (advantages,
+    masks): the groups need not be numbered in sorted id order (:func:`_arrays.factorize`), so
+    string ids are never sorted; errors name the same group either way (``first_group``)."""
     x, backend = _arrays.as_float64(rewards, "rewards", library="auto", copy=False, convert=False)
-    values, lay = _arrays.arrange(x, index, dim, "rewards")
+    values, lay = _arrays.arrange(x, index, dim, "rewards", sort=sort)
     return values, lay, backend
 
 
@@ -494,7 +499,7 @@ def group_statistics(
     for name, value in (("k = sum(R)", k), ("sigma", std), ("divisor d", scaled.divisor)):
         finite = value.isfinite() if is_tensor(value) else np.isfinite(value)
         if not bool(finite.all()):
-            group = int(xp.nonzero(~finite)[0][0])
+            group = lay.first_group(~finite)
             raise ValueError(
                 f"the {name} of {lay.describe(group)} does not fit in float64 (> 1.8e308); "
                 "rescale the rewards (GRPO's advantages do not change under a positive scale)"
@@ -542,7 +547,7 @@ def grpo_advantage(
     array([ 0.70710678, -1.        , -1.41421356,  1.        ,  0.70710678])
     """
     conv = get_convention(convention)
-    values, lay, backend = _prepare(rewards, index, dim)
+    values, lay, backend = _prepare(rewards, index, dim, sort=False)
     adv = _statistics(values, lay, conv, owned=True).advantages()
     return backend.out(lay.restore(adv))
 
@@ -572,10 +577,10 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
     >>> rloo_advantage(np.array([1.0, 0.0, 0.0, 0.0]))
     array([ 1.        , -0.33333333, -0.33333333, -0.33333333])
     """
-    values, lay, backend = _prepare(rewards, index, dim)
+    values, lay, backend = _prepare(rewards, index, dim, sort=False)
     lonely = lay.sizes == 1
     if bool(lonely.any()):
-        group = int(_xp(lonely).nonzero(lonely)[0][0])
+        group = lay.first_group(lonely)
         raise ValueError(
             f"rewards has a group of size 1 ({lay.describe(group)}); RLOO's leave-one-out "
             "baseline needs G >= 2 responses per group. Sample more responses or drop the group"
@@ -597,7 +602,7 @@ def dapo_keep_mask(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
     array([[ True,  True,  True],
            [False, False, False]])
     """
-    values, lay, backend = _prepare(rewards, index, dim)
+    values, lay, backend = _prepare(rewards, index, dim, sort=False)
     _arrays.check_finite(values, lay, "rewards")
     keep = lay.min(values) < lay.max(values)  # not silent; a singleton is silent
     element = lay.expand(keep)

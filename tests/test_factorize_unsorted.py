@@ -1,0 +1,273 @@
+"""``factorize(..., sort=False)`` (issue 12): first-seen group order, nothing sorted.
+
+The per-reward functions (``grpo_advantage``, ``dr_grpo_advantage``, ``rloo_advantage``,
+``dapo_keep_mask``) do not depend on the group order, so they group string ids without sorting
+them. Every case here checks that path against a plain first-seen dict over every element (the
+definition, as ``pandas.factorize(sort=False)``) and against the sorted path (the same groups,
+relabelled), and that errors name the same position and the same group as before.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from sigma_ref import dapo_keep_mask, dr_grpo_advantage, group_statistics, grpo_advantage, rloo_advantage
+from sigma_ref._arrays import _addresses, arrange, factorize
+
+N = 8192  # above the 4,096 ids where the address detour starts
+
+
+def _uuids(count: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(count)]
+
+
+def _first_seen(seq: list[Any]) -> tuple[list[int], list[int], list[Any]]:
+    """The definition: a dict over every element, in order (each group named by its first id)."""
+    table: dict[Any, int] = {}
+    inverse = [table.setdefault(x, len(table)) for x in seq]
+    return inverse, np.bincount(inverse, minlength=len(table)).tolist(), list(table)
+
+
+def _check(seq: list[Any]) -> None:
+    """``sort=False`` is the first-seen factorisation, and a relabelling of ``sort=True``."""
+    inverse, sizes, ids = factorize(seq, len(seq), sort=False)
+    want = _first_seen(seq)
+    assert inverse.dtype == np.int64 and sizes.dtype == np.float64 and ids.dtype == object
+    assert inverse.tolist() == want[0]
+    assert sizes.tolist() == want[1]
+    assert ids.tolist() == want[2] and [type(x) for x in ids] == [type(x) for x in want[2]]
+    s_inverse, s_sizes, s_ids = factorize(seq, len(seq))
+    assert len(s_ids) == len(ids)
+    assert [s_ids[j] for j in s_inverse] == [ids[j] for j in inverse]  # same id for every reward
+    assert sorted(s_sizes.tolist()) == sorted(sizes.tolist())
+
+
+def _interleaved(names: list[Any], size: int, seed: int = 1) -> list[Any]:
+    order = np.random.default_rng(seed).permutation(len(names) * size) // size
+    return [names[i] for i in order]
+
+
+@pytest.mark.parametrize("count", [N, 100])  # the address detour, and the dict over every element
+def test_interleaved_uuid_strings(count: int) -> None:
+    _check(_interleaved(_uuids(count // 8), 8))
+
+
+def test_ragged_uuid_strings() -> None:
+    names = _uuids(600)
+    sizes = np.random.default_rng(4).integers(1, 30, len(names))
+    seq = [names[i] for i in np.random.default_rng(5).permutation(np.repeat(np.arange(len(names)), sizes))]
+    _check(seq)
+
+
+def test_equal_strings_in_distinct_objects_are_merged() -> None:
+    names = _uuids(N // 8)
+    seq = _interleaved(names, 8)
+    for pos in range(0, N, 97):  # distinct objects with the same text, here and there
+        seq[pos] = "".join(list(seq[pos]))
+    assert seq[0] is not names[0] or seq[97] is not names[0]
+    _check(seq)
+
+
+def test_one_object_and_all_distinct() -> None:
+    _check(["same"] * N)
+    _check(_uuids(N))  # every id distinct: no detour, no dict lookups
+    _check([f"g{i}" for i in range(N)] + ["g0"])
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        [1, 1.0, True, "1", b"1", (1,), (1, "a")],  # 1, 1.0 and True one group; the rest apart
+        [b"x", b"y", b"z"],
+        [(1, 2), (2, 1), ("a",), ()],
+        [1, "a", (2,), 2.5, frozenset({1})],  # do not sort: the sorted path is first-seen too
+        [10**30, -(10**30), 7],  # big ints (object array)
+    ],
+    ids=["mixed-equal", "bytes", "tuples", "unsortable", "big-ints"],
+)
+@pytest.mark.parametrize("count", [N, 60])
+def test_id_kinds(names: list[Any], count: int) -> None:
+    seq = (names * (count // len(names) + 1))[:count]
+    _check(seq)
+    _check(seq[::-1])
+
+
+def test_equal_values_in_distinct_objects_name_the_group_by_the_first_one() -> None:
+    seq: list[Any] = [2.0, 1, 1.0, True] * (N // 4)  # one object each, the value 1 in three kinds
+    inverse, _, ids = factorize(seq, N, sort=False)
+    assert ids.tolist() == [2.0, 1] and type(ids[1]) is int
+    assert inverse.tolist() == [0, 1, 1, 1] * (N // 4)
+
+
+def test_object_array_and_tensor_device() -> None:
+    uids = np.repeat(np.array(_uuids(N // 8), dtype=object), 8)  # verl's layout
+    inverse, sizes, ids = factorize(uids, N, sort=False)
+    assert inverse.tolist() == np.repeat(np.arange(N // 8), 8).tolist()
+    assert ids.tolist() == uids[::8].tolist() and (sizes == 8).all()
+    seq = _interleaved(_uuids(N // 8), 8)
+    t_inverse, t_sizes, t_ids = factorize(seq, N, torch.device("cpu"), sort=False)
+    assert torch.is_tensor(t_inverse) and t_inverse.dtype == torch.int64 and t_sizes.dtype == torch.float64
+    assert t_inverse.tolist() == _first_seen(seq)[0] and t_ids.tolist() == _first_seen(seq)[2]
+
+
+def test_numbers_keep_sorted_order() -> None:
+    """Numeric ids are sorted at no extra cost: ``sort=False`` changes nothing for them."""
+    for index in ([3, 1, 3, 2], np.array([3.5, 1.0, 3.5]), torch.tensor([9, 4, 9])):
+        got, want = factorize(index, len(index), sort=False), factorize(index, len(index))
+        assert all(np.asarray(a).tolist() == np.asarray(b).tolist() for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "words"),
+    [
+        (None, ValueError, "index[5000] is None"),
+        (float("nan"), ValueError, "index[5000] is nan"),
+        ([1], TypeError, "index[5000]=[1] is a list"),
+        ({"a": 1}, TypeError, "index[5000]={'a': 1} is a dict"),
+    ],
+)
+@pytest.mark.parametrize("repeated", [True, False])  # the address detour, or the dict over every element
+def test_bad_ids_name_their_position(bad: object, error: type, words: str, repeated: bool) -> None:
+    names = [f"g{j}" for j in range(512)]
+    seq: list[object] = [names[i % 512] for i in range(N)] if repeated else [f"g{i}" for i in range(N)]
+    seq[5000] = bad
+    seq[6000] = bad
+    for sort in (True, False):
+        with pytest.raises(error) as info:
+            factorize(seq, N, sort=sort)
+        assert words in str(info.value)
+    with pytest.raises(error, match=re.escape(words)):
+        grpo_advantage(np.zeros(N), index=seq)
+
+
+def test_nan_in_a_tuple_is_its_own_group_as_before() -> None:
+    """``(nan,)`` equals itself (the same object) but not another ``(nan,)``: as with ``sort=True``."""
+    a, b = (math.nan,), (math.nan,)
+    seq = [a, b, a, "x"] * (N // 4)
+    _check(seq)
+
+
+# ---------------------------------------------------------------------------
+# the per-reward functions: the same numbers and the same errors as the sorted path
+
+
+def _sorted_layout_advantage(rewards: Any, seq: list[Any], **kw: Any) -> Any:
+    """grpo_advantage on the sorted numbering: the same groups as integer ids in sorted id order."""
+    ranks = factorize(seq, len(seq))[0]
+    return grpo_advantage(rewards, index=ranks, **kw)
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("convention", ["paper", "verl", "trl_batch", "dr_grpo"])
+def test_advantages_equal_the_sorted_path_bit_for_bit(interleaved: bool, convention: str) -> None:
+    names = _uuids(N // 8)
+    seq = _interleaved(names, 8) if interleaved else [n for n in names for _ in range(8)]
+    rewards = np.random.default_rng(3).normal(size=N) * 1e3
+    rewards[:64] = 2.0**-500 * np.arange(64)  # a group or two that needs scaling
+    got = grpo_advantage(rewards, index=seq, convention=convention)
+    want = _sorted_layout_advantage(rewards, seq, convention=convention)
+    assert got.tobytes() == want.tobytes()
+    for lib in (torch.from_numpy, lambda a: torch.from_numpy(a).float()):
+        t = lib(rewards)
+        assert torch.equal(grpo_advantage(t, index=seq, convention=convention),
+                           grpo_advantage(t, index=factorize(seq, N)[0], convention=convention))  # fmt: skip
+
+
+def test_other_per_reward_functions_equal_the_sorted_path() -> None:
+    seq = _interleaved(_uuids(N // 8), 8)
+    ranks = factorize(seq, N)[0]
+    rewards = np.random.default_rng(6).integers(0, 2, N).astype(np.float64)
+    for fn in (dr_grpo_advantage, rloo_advantage):
+        assert fn(rewards, index=seq).tobytes() == fn(rewards, index=ranks).tobytes()
+    assert dapo_keep_mask(rewards, index=seq).tolist() == dapo_keep_mask(rewards, index=ranks).tolist()
+
+
+def test_group_statistics_stay_sorted() -> None:
+    names = _uuids(N // 8)
+    stats = group_statistics(np.ones(N), index=_interleaved(names, 8))
+    assert stats.ids.tolist() == sorted(names)
+
+
+@pytest.mark.parametrize("count", [N, 12])
+def test_singleton_errors_name_the_sorted_first_group(count: int) -> None:
+    """Two singletons, ``'zz'`` seen first and ``'aa'`` first in sorted order: the error names
+    ``'aa'``, as the sorted path always did (for ``grpo_advantage`` and ``rloo_advantage``)."""
+    names = [f"m{i:05d}" for i in range((count - 2) // 2)]
+    seq = ["zz"] + [n for n in names for _ in range(2)] + ["aa"]
+    rewards = np.random.default_rng(7).integers(0, 2, len(seq)).astype(np.float64)
+    _, lay = arrange(rewards, seq, -1, "rewards", sort=False)
+    assert lay.ids is not None and lay.ids[0] == "zz"  # first-seen numbering underneath
+    with pytest.raises(ValueError, match=r"size 1 \(group with index id 'aa'\)"):
+        grpo_advantage(rewards, index=seq)
+    with pytest.raises(ValueError, match=r"size 1 \(group with index id 'aa'\)"):
+        rloo_advantage(rewards, index=seq)
+    with pytest.raises(ValueError, match=r"size 1 \(group with index id 'aa'\)"):
+        grpo_advantage(torch.from_numpy(rewards), index=seq)
+
+
+def test_singleton_error_with_unsortable_ids_names_the_first_seen() -> None:
+    seq: list[Any] = [(1,), 1, 1, "a", "a", 2]
+    with pytest.raises(ValueError, match=r"size 1 \(group with index id \(1,\)\)"):
+        grpo_advantage(np.zeros(len(seq)), index=seq)
+
+
+def test_non_finite_rewards_name_their_group() -> None:
+    names = _uuids(N // 8)
+    seq = _interleaved(names, 8)
+    rewards = np.zeros(N)
+    rewards[4321] = math.inf
+    with pytest.raises(ValueError, match=rf"inf in group with index id '{seq[4321]}' \(flat position 4321\)"):
+        grpo_advantage(rewards, index=seq)
+
+
+# ---------------------------------------------------------------------------
+# object arrays (verl's uid) are read in place: their buffer of pointers, no tolist()
+
+
+def test_object_array_addresses_are_ids() -> None:
+    base = np.array([object() for _ in range(100)] + ["a"] * 50 + [1.5, None, (1, 2)], dtype=object)
+    for arr in (base, base[::3], base[::-1], base[10:20]):
+        assert _addresses(arr).tolist() == [id(x) for x in arr]
+    assert _addresses(np.array([], dtype=object)).size == 0
+
+
+@pytest.mark.parametrize("view", [slice(None), slice(None, None, -1), slice(1, None, 2)])
+@pytest.mark.parametrize("sort", [True, False])
+def test_object_arrays_equal_lists(view: slice, sort: bool) -> None:
+    names = _uuids(N // 8)
+    seq: list[Any] = _interleaved(names, 8)
+    seq[::97] = ["".join(list(x)) for x in seq[::97]]  # some distinct objects with equal text
+    arr = np.array(seq, dtype=object)[view]
+    got, want = factorize(arr, arr.size, sort=sort), factorize(arr.tolist(), arr.size, sort=sort)
+    assert all(a.tolist() == b.tolist() for a, b in zip(got, want, strict=True))
+    if not sort:
+        _check(arr.tolist())
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "words"),
+    [
+        (None, ValueError, "index[5000] is None"),
+        (float("nan"), ValueError, "index[5000] is nan"),
+        ([1], TypeError, "index[5000]=[1] is a list"),
+    ],
+)
+@pytest.mark.parametrize("sort", [True, False])
+def test_bad_ids_in_an_object_array_name_their_position(
+    bad: object, error: type, words: str, sort: bool
+) -> None:
+    names = [f"g{j}" for j in range(512)]
+    arr = np.empty(N, dtype=object)
+    arr[:] = [names[i % 512] for i in range(N)]
+    arr[5000] = bad
+    with pytest.raises(error) as info:
+        factorize(arr, N, sort=sort)
+    assert words in str(info.value)
