@@ -246,8 +246,11 @@ _REJECTED_ROWS = np.array([2, 8])
 )
 def test_rejected_rows_ignored(ctx: Context, batch: Batch, p: Any) -> None:
     """Layout token: a rejected response (response_mask all 0) gets A = 0 on every token and does not
-    move its siblings' baseline: their advantages equal oracle(R) of the group without it (counting it
-    as reward 0, as verl 0.9.1 does, is a WARN with the measured change).
+    move its siblings' baseline: their advantages equal oracle(R) of the group without it. Counting it
+    as a response with reward 0 is a WARN with the measured change, not a FAIL: its token rewards do
+    sum to 0, so GRPO over the group as the trainer collected it is computed right (verl 0.9.1's
+    outcome estimators ship this); leaving rejected responses out is a data policy on top of the
+    algorithm. Any other change to the siblings is a FAIL.
     """
     rows = _REJECTED_ROWS
     lengths = token_lengths(batch.n)
