@@ -486,10 +486,10 @@ def _check_constant(aggregation: str | None, constant: Any) -> None:
 #: on them.
 ACCURACY_THRESHOLD = 0.5
 
-#: The keep-metric probe: shaped rewards (accuracy + a bonus in [0, 0.5)); group 7 all right but
-#: differing, group 3 all wrong but differing, group 5 mixed. The reward's rule keeps all three
-#: groups, the accuracy's only group 5.
-_METRIC_PROBE = Batch(np.array([1.1, 0.1, 1.0, 0.0, 1.25, 0.2]), np.array([7, 3, 7, 3, 5, 5]))
+#: The keep-metric probe: shaped rewards (accuracy + a bonus in [0, 0.5)) in three contiguous
+#: groups of two (every layout takes it): all right but differing, all wrong but differing, mixed.
+#: The reward's rule keeps all three groups, the accuracy's only the last.
+_METRIC_PROBE = Batch.grouped([[1.1, 1.0], [0.1, 0.0], [1.25, 0.2]])
 
 
 def detect_keep_metric(adapter: Adapter) -> str:
