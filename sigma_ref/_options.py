@@ -23,6 +23,8 @@ __all__ = [
     "LAYOUTS",
     "SPLITS",
     "LOSS_SCALES",
+    "RETURNS",
+    "KEEP_METRICS",
     "Option",
     "OPTIONS",
     "seconds",
@@ -37,6 +39,10 @@ LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mas
 #: Level 5: how groups are sharded over ranks, and who scales micro-batch losses.
 SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
+#: Layout token: what the returns may be declared to equal (``Adapter.returns``).
+RETURNS: tuple[str, ...] = ("advantages",)
+#: A keep-mask filter's metric (``Adapter.keep_metric``): k counted on the accuracy or the reward.
+KEEP_METRICS: tuple[str, ...] = ("accuracy", "reward")
 
 
 def seconds(text: str) -> float:
@@ -67,6 +73,19 @@ def counts(text: str) -> tuple[int, ...]:
     if not all(v >= 1 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: micro-batch counts must be >= 1")
     return values
+
+
+def _positive_float(text: str) -> float:
+    """Parse a positive finite number (argparse ``type=``), e.g. a normaliser constant."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive number (e.g. 1024, max_completion_length)"
+        )
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -165,9 +184,29 @@ OPTIONS: tuple[Option, ...] = (
         "default: detected",
     ),
     Option(
+        "aggregation-constant",
+        "the constant C of seq-mean-token-sum-norm (e.g. TRL's max_completion_length; default: the "
+        "padded length T)",
+        metavar="C",
+        type=_positive_float,
+        show=repr,
+    ),
+    Option(
         "clip",
         "the loss's PPO clip range (default: read off its gradient)",
         metavar="EPS_LOW[,EPS_HIGH]",
+    ),
+    Option(
+        "returns",
+        "layout token: what the returns (a tuple's second item) equal; 'advantages' as verl's outcome "
+        "estimators (default: not checked)",
+        choices=RETURNS,
+    ),
+    Option(
+        "keep-metric",
+        "a keep-mask filter's metric: accuracy (k counted on R > 0.5) or reward (keep iff the rewards are "
+        "not all equal); default: detected",
+        choices=KEEP_METRICS,
     ),
     Option(
         "timeout",

@@ -32,6 +32,12 @@ the prefix ``--sigma-ref-``, as hypothesis' options share ``--hypothesis-``):
 * ``--sigma-ref-precision auto|float64|float32|...``: the working precision the tolerances
   assume (default ``auto``: declared by the adapter, else detected);
 * ``--sigma-ref-strict``: a WARN verdict counts as a FAIL;
+* ``--sigma-ref-aggregation MODE`` (and ``--sigma-ref-aggregation-constant C``, the ``C`` of
+  seq-mean-token-sum-norm), ``--sigma-ref-clip EPS_LOW[,EPS_HIGH]``: the loss's declared
+  aggregation and PPO clip range (default: measured and reported);
+* ``--sigma-ref-returns advantages``: layout token, the returns must equal the advantages;
+* ``--sigma-ref-keep-metric accuracy|reward``: what a keep-mask filter counts k on (default:
+  detected);
 * ``--sigma-ref-timeout SECONDS``: the limit on each call of the implementation (default
   10; 0: none); a call that does not return in time fails its property.
 
@@ -256,6 +262,9 @@ def conformance_context(config: pytest.Config) -> Any:
                 output=config.getoption("sigma_ref_output", None),
                 aggregation=config.getoption("sigma_ref_aggregation", None),
                 clip=config.getoption("sigma_ref_clip", None),
+                aggregation_constant=config.getoption("sigma_ref_aggregation_constant", None),
+                returns=config.getoption("sigma_ref_returns", None),
+                keep_metric=config.getoption("sigma_ref_keep_metric", None),
             )
         except (ValueError, TypeError, ImplementationError) as exc:
             # the implementation's own failure (its import raised, a probe ended the process's

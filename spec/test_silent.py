@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from sigma_ref._compare import mismatch_message
 from sigma_ref.advantages import dapo_keep_mask
-from sigma_ref.conformance.adapter import Batch, token_lengths
+from sigma_ref.conformance.adapter import ACCURACY_THRESHOLD, Batch, detect_keep_metric, token_lengths
 from sigma_ref.conformance.core import (
     Context,
     Finding,
@@ -163,15 +163,20 @@ def test_silent_zero_update(ctx: Context, ex: tuple[Batch, int], p: Any) -> None
     level="silent",
     examples=lambda ctx, p: (
         [*WITH_SILENT, *BINARY]
-        + ([Batch.grouped([[0.1, 0.1, 0.1], [0.3, 0.7, 0.3]])] if ctx.adapter.keep_mask is not None else [])
+        + ([Batch.grouped([[0.1, 0.1, 0.1], [0.3, 1.2, 0.3]])] if ctx.adapter.keep_mask is not None else [])
     ),
     strategy=lambda ctx, p: batches(ctx, binary=True),
 )
 def test_dapo_keep_mask(ctx: Context, batch: Batch, p: Any) -> None:
     """DAPO's dynamic sampling keeps a group iff 0 < k < G (sigma > 0): the implementation's keep mask
-    (or its set of groups with non-zero advantages) equals dapo_keep_mask(R).
+    (or its set of groups with non-zero advantages) equals dapo_keep_mask(R), or dapo_keep_mask of
+    the accuracy for a filter that counts k on it (keep_mask_rule); a silent group of non-dyadic
+    rewards ([0.1, 0.1, 0.1], spread 1e-17 in floating point) is dropped.
     """
-    want = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
+    signal = batch.rewards
+    if ctx.adapter.keep_mask is not None and _keep_metric(ctx)[0] == "accuracy":
+        signal = _accuracy(batch.rewards)
+    want = as_numpy(dapo_keep_mask(signal, index=batch.index)).astype(bool)
     if ctx.adapter.keep_mask is not None:
         got = guarded(ctx.adapter.keep, batch, what=lambda: f"keep_mask on {batch!r}").numpy().astype(bool)
         what = "keep_mask"
@@ -241,8 +246,11 @@ _REJECTED_ROWS = np.array([2, 8])
 )
 def test_rejected_rows_ignored(ctx: Context, batch: Batch, p: Any) -> None:
     """Layout token: a rejected response (response_mask all 0) gets A = 0 on every token and does not
-    move its siblings' baseline: their advantages equal oracle(R) of the group without it (counting it
-    as reward 0, as verl 0.9.1 does, is a WARN with the measured change).
+    move its siblings' baseline: their advantages equal oracle(R) of the group without it. Counting it
+    as a response with reward 0 is a WARN with the measured change, not a FAIL: its token rewards do
+    sum to 0, so GRPO over the group as the trainer collected it is computed right (verl 0.9.1's
+    outcome estimators ship this); leaving rejected responses out is a data policy on top of the
+    algorithm. Any other change to the siblings is a FAIL.
     """
     rows = _REJECTED_ROWS
     lengths = token_lengths(batch.n)
@@ -391,14 +399,16 @@ _SHAPED = Batch(
 _SHAPED_GROUPED = Batch.grouped([[1.1, 1.0, 1.05, 1.2], [0.1, 0.0, 0.3, 0.2], [1.1, 0.4, 0.0, 1.25]])
 
 
-#: A response is correct (accuracy 1) iff its reward exceeds this, for filters declared with
-#: ``keep_metric="accuracy"``. The suite's shaped probes are accuracy plus a shaping bonus in
-#: [0, 0.5), so ``R > 0.5`` and ``R >= 1`` (correctness plus a format bonus) agree on them.
-ACCURACY_THRESHOLD = 0.5
-
-
 def _accuracy(rewards: np.ndarray) -> np.ndarray:
     return (rewards > ACCURACY_THRESHOLD).astype(np.float64)
+
+
+def _keep_metric(ctx: Context) -> tuple[str, str]:
+    """The filter's metric and whether it was ``declared`` or ``detected`` (adapter.detect_keep_metric)."""
+    if ctx.adapter.keep_metric is not None:
+        return ctx.adapter.keep_metric, "declared"
+    metric = guarded(detect_keep_metric, ctx.adapter, what=f"{ctx.adapter.name} on the keep-metric probe")
+    return metric, "detected"
 
 
 def _keep_strategy(ctx: Context, p: Any) -> Any:
@@ -419,12 +429,13 @@ def _keep_strategy(ctx: Context, p: Any) -> Any:
     ),
 )
 def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
-    """A dynamic-sampling filter keeps a response iff 0 < k < G in its group, k counted on its declared
-    metric: accuracy (R > 0.5; rewards are accuracy plus a bonus in [0, 0.5)), so shaped rewards that
-    differ while every response is right (or wrong) are dropped, or the reward (keep iff not all equal);
-    per response or per group.
+    """A dynamic-sampling filter keeps a response iff 0 < k < G in its group, k counted on its metric,
+    declared (keep_metric) or detected: accuracy (R > 0.5; rewards are accuracy plus a bonus in [0, 0.5)),
+    so shaped rewards that differ while every response is right (or wrong) are dropped, or the reward
+    (keep iff not all equal); per response or per group. Undeclared, either rule is correct (verl's DAPO
+    filter takes either as its metric).
     """
-    metric = ctx.adapter.keep_metric
+    metric, how = _keep_metric(ctx)
     signal = _accuracy(batch.rewards) if metric == "accuracy" else batch.rewards
     want = as_numpy(dapo_keep_mask(signal, index=batch.index)).astype(bool)
     got = guarded(ctx.adapter.keep, batch, what=f"keep_mask on {batch!r}").numpy().astype(bool)
@@ -439,7 +450,7 @@ def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
     other = _accuracy(batch.rewards) if metric == "reward" else batch.rewards
     swapped = as_numpy(dapo_keep_mask(other, index=batch.index)).astype(bool)
     cause = None
-    if np.array_equal(got, swapped):
+    if how == "declared" and np.array_equal(got, swapped):
         cause = (
             "the filter drops on the spread of the rewards, not of the accuracy: shaped rewards that differ "
             "while every response is right (or every one wrong) are kept; count k on the accuracy"
@@ -449,7 +460,7 @@ def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
     raise PropertyFailure(
         Finding(
             f"keep[{i}]={bool(got[i])} (group {batch.index[i]}), but should be {bool(want[i])}: keep iff "
-            f"0 < k < G on the {metric}",
+            f"0 < k < G on the {metric} [{how}]",
             call,
             cause=cause,
             confirmed=cause is not None,

@@ -28,7 +28,8 @@ import torch
 
 from sigma_ref import dr_grpo_advantage, grpo_advantage, rloo_advantage
 from sigma_ref.advantages import dapo_keep_mask
-from tests.gallery import trainers_correct, trainers_token, trainers_wrong
+from sigma_ref.objectives import aggregation_weights
+from tests.gallery import shapes, trainers_correct, trainers_token, trainers_wrong
 from tests.gallery.cases import Case
 
 _C = 16.0
@@ -207,7 +208,7 @@ def test_contiguous_group_of_one(case: Case) -> None:
 
 def test_gallery_shape() -> None:
     """Names unique and resolvable; at least 25 correct, 20 wrong; every case sourced."""
-    all_cases = trainers_correct.CASES + trainers_wrong.CASES + trainers_token.CASES
+    all_cases = trainers_correct.CASES + trainers_wrong.CASES + trainers_token.CASES + shapes.CASES
     names = [c.name for c in all_cases]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
     for c in all_cases:
@@ -247,18 +248,6 @@ _SHAPED_KEEP = (np.array([1.0, 1.0, 0.0, 0.0, 1.0, 0.0]), np.array([0, 0, 0, 1, 
 # losses: at ratio 1 the gradient is -A_i w_it with the declared aggregation's weights
 
 
-def _weights(aggregation: str, mask: torch.Tensor) -> torch.Tensor:
-    N, T = mask.shape
-    lengths = mask.sum(-1, keepdim=True)
-    return {
-        "token-mean": mask / mask.sum(),
-        "seq-mean-token-mean": mask / (N * lengths.clamp(min=1)),
-        "seq-mean-token-sum-norm": mask / (N * T),
-        "seq-mean-token-sum": mask / N,
-        "token-sum": mask,
-    }[aggregation]
-
-
 _MASK = torch.tensor(
     [[1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]], dtype=torch.float64
 )
@@ -275,7 +264,9 @@ def loss_gradient(loss, mask: torch.Tensor = _MASK, adv: torch.Tensor = _ADV) ->
 
 
 LOSSES = [
-    c for c in trainers_correct.CASES + trainers_wrong.CASES + trainers_token.CASES if c.loss is not None
+    c
+    for c in trainers_correct.CASES + trainers_wrong.CASES + trainers_token.CASES + shapes.CASES
+    if c.loss is not None
 ]
 
 
@@ -283,7 +274,8 @@ LOSSES = [
 def test_loss_weights(case: Case) -> None:
     """Correct: gradient = -A w under the declared aggregation; wrong: it differs (or is zero)."""
     grad = loss_gradient(case.loss)
-    expected = -_ADV.unsqueeze(1) * _weights(case.aggregation, _MASK)  # type: ignore[arg-type]
+    weights = aggregation_weights(_MASK, case.aggregation, constant=case.aggregation_constant)  # type: ignore[arg-type]
+    expected = -_ADV.unsqueeze(1) * weights
     same = torch.allclose(grad, expected, rtol=1e-7, atol=1e-12)  # verl adds 1e-8 to each length
     assert same == case.correct, f"{case.name}: gradient\n{grad}\nexpected\n{expected}"
 

@@ -184,3 +184,86 @@ def test_the_oracle_passes_in_the_new_layouts(layout: str) -> None:
         (o.label, o.message[:200]) for o in outcomes if o.verdict not in ("pass", "skip", "NOTE")
     ]
     assert sum(o.verdict == "pass" for o in outcomes) >= (30 if layout == "token" else 2)
+
+
+def test_declarations_reach_the_adapter_the_summary_and_the_child_pytest() -> None:
+    """--keep-metric, --returns and --aggregation-constant set the Adapter fields of those names (over the
+    adapter's own), the summary lists every declaration, and sigma-ref check forwards them."""
+    import argparse
+
+    from sigma_ref._options import pytest_argv
+    from sigma_ref.conformance.session import summary
+
+    ctx = build_context(S.KEEP_SPREAD_AS_ACCURACY, keep_metric="reward")
+    assert ctx.adapter.keep_metric == "reward"
+    ctx = build_context(
+        Adapter(S.verl_token, "token", loss=S.loss_with_metrics),
+        returns="advantages",
+        aggregation="dr_grpo",
+        aggregation_constant=16.0,
+        clip="0.2,0.28",
+        output="0",
+    )
+    a = ctx.adapter
+    assert (a.returns, a.aggregation, a.aggregation_constant, a.clip, a.output) == (
+        "advantages",
+        "dr_grpo",
+        16.0,
+        (0.2, 0.28),
+        0,
+    )
+    text = summary(ctx, [], seed=None, profile="ci", seconds=0.0)
+    assert (
+        "declared:   output 0, aggregation seq-mean-token-sum-norm (dr_grpo), C = 16, clip 0.2,0.28, "
+        "returns advantages"
+    ) in text
+    args = argparse.Namespace(keep_metric="accuracy", aggregation_constant=16.0, returns="advantages")
+    assert pytest_argv(args) == [
+        "--sigma-ref-aggregation-constant",
+        "16.0",
+        "--sigma-ref-returns",
+        "advantages",
+        "--sigma-ref-keep-metric",
+        "accuracy",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kw", "words"),
+    [
+        ({"aggregation_constant": 16.0}, r"--aggregation-constant 16\.0 is the C of seq-mean-token-sum-norm"),
+        (
+            {"aggregation": "token-mean", "aggregation_constant": 16.0},
+            r"but the aggregation is 'token-mean': add --aggregation seq-mean-token-sum-norm",
+        ),
+        ({"keep_metric": "acc"}, r"keep_metric='acc' must be 'accuracy', 'reward' or None"),
+        ({"returns": "scores"}, r"returns='scores' must be one of \('advantages',\)"),
+    ],
+)
+def test_bad_declarations_name_the_option_and_the_fix(kw: dict, words: str) -> None:
+    """A constant without seq-mean-token-sum-norm, an unknown metric or returns: a ValueError with the fix."""
+    with pytest.raises(ValueError, match=words):
+        build_context(Adapter(S.verl_token, "token", loss=S.loss_with_metrics), **kw)
+
+
+def test_adapter_constant_needs_its_mode() -> None:
+    """Adapter(aggregation_constant=) belongs to seq-mean-token-sum-norm and is a positive number."""
+    with pytest.raises(ValueError, match=r"aggregation_constant=16 is the C of seq-mean-token-sum-norm"):
+        Adapter(S.verl_token, "token", aggregation="grpo", aggregation_constant=16)
+    with pytest.raises(ValueError, match=r"aggregation_constant=-1 must be a positive number"):
+        Adapter(S.verl_token, "token", aggregation="dr_grpo", aggregation_constant=-1)
+    assert Adapter(S.verl_token, "token", aggregation="dr_grpo", aggregation_constant=16).aggregation_constant
+
+
+def test_keep_metric_is_detected_when_not_declared() -> None:
+    """Undeclared, a filter on the accuracy and one on the reward's spread are both correct DAPO filters."""
+    from sigma_ref.conformance.adapter import detect_keep_metric
+
+    assert detect_keep_metric(S.KEEP_ACCURACY.replace(keep_metric=None)) == "accuracy"
+    assert detect_keep_metric(S.KEEP_SORTED) == "reward"
+    for adapter in (
+        S.KEEP_ACCURACY.replace(keep_metric=None),
+        S.KEEP_SPREAD_AS_ACCURACY.replace(keep_metric=None),
+    ):
+        out = _verdict(adapter, "keep_mask_rule")
+        assert out.verdict == "pass", out.message

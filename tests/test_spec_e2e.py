@@ -97,3 +97,18 @@ def test_bad_options_fail_at_once(tmp_path: Path) -> None:
     missing = _pytest_spec("no_such_module:fn", "--sigma-ref-layout", "index", tmp_path=tmp_path)
     assert missing.returncode != 0
     assert "cannot import 'no_such_module'" in missing.stdout + missing.stderr
+
+
+def test_sigma_ref_check_shows_the_declarations(tmp_path: Path) -> None:
+    """The token layout with --output, --returns, a dr_grpo loss with its --aggregation and constant C,
+    and --clip: every declaration is checked (no FAIL) and shown as declared in the summary."""
+    loss = "tests.gallery.losses:seq_mean_token_sum_norm"  # C = 16 (TRL's max_completion_length)
+    argv = [str(BIN / "sigma-ref"), "check", "tests.gallery.shapes:verl_token", "--layout", "token"]
+    argv += ["--output", "0", "--returns", "advantages", "--loss", loss, "--clip", "0.2,0.28"]
+    argv += ["--aggregation", "dr_grpo", "--aggregation-constant", "16"]
+    run = _run(argv, tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    declared = "declared:   output 0, aggregation seq-mean-token-sum-norm (dr_grpo), C = 16, clip 0.2,0.28, "
+    assert declared + "returns advantages" in run.stdout, run.stdout[-3000:]
+    assert "aggregation: seq-mean-token-sum-norm [declared, measured]" in run.stdout
+    assert "result: CONFORMANT" in run.stdout

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from .._options import LAYOUTS
+from .._options import KEEP_METRICS, LAYOUTS, RETURNS
 from ..conventions import Convention
 
 __all__ = [
@@ -213,8 +213,12 @@ class Adapter:
     ``dual_clip`` its ``c``, or ``None`` to read them off the gradient. ``objective``: a
     :class:`sigma_ref.objectives.Objective` the loss implements (clip, GSPO, CISPO, importance
     sampling, KL), checked by ``loss_objective``; the loss then also receives ``ref_logp`` and
-    ``rollout_logp`` when its signature names them. ``name``: how reports
-    name it.
+    ``rollout_logp`` when its signature names them. ``inputs`` / ``output``: the call hooks
+    (module doc). ``returns``: layout token, what the returns equal (``"advantages"``, verl's
+    outcome estimators), or ``None`` (not checked). ``keep_metric``: what a keep-mask filter
+    counts k on, ``"accuracy"`` (``R > 0.5``) or ``"reward"``, or ``None`` to detect it;
+    ``keep_order``: how a per-group keep mask is ordered, or ``None`` to detect it. ``name``: how
+    reports name it.
 
     >>> import torch
     >>> def adv(rewards, group_size):
@@ -243,7 +247,7 @@ class Adapter:
     inputs: Callable[..., Any] | None = None
     output: str | int | Callable[..., Any] | None = None
     returns: str | None = None
-    keep_metric: str = "reward"
+    keep_metric: str | None = None
     keep_order: str | None = None
 
     def __post_init__(self) -> None:
@@ -265,6 +269,8 @@ class Adapter:
             from ..objectives import resolve_aggregation
 
             resolve_aggregation(self.aggregation)  # a clear ValueError for an unknown name
+        if self.aggregation_constant is not None:
+            _check_constant(self.aggregation, self.aggregation_constant)
         if self.clip is not None and (
             len(self.clip) != 2 or not all(isinstance(e, int | float) and 0 <= e < 1 for e in self.clip)
         ):
@@ -275,10 +281,14 @@ class Adapter:
             )
         if self.output is not None and not isinstance(self.output, str | int) and not callable(self.output):
             raise TypeError(f"Adapter output={self.output!r} must be a key, an index, a callable or None")
-        if self.returns not in (None, "advantages"):
-            raise ValueError(f"Adapter returns={self.returns!r} must be 'advantages' or None (not checked)")
-        if self.keep_metric not in ("accuracy", "reward"):
-            raise ValueError(f"Adapter keep_metric={self.keep_metric!r} must be 'accuracy' or 'reward'")
+        if self.returns is not None and self.returns not in RETURNS:
+            raise ValueError(
+                f"Adapter returns={self.returns!r} must be one of {RETURNS} or None (not checked)"
+            )
+        if self.keep_metric is not None and self.keep_metric not in KEEP_METRICS:
+            raise ValueError(
+                f"Adapter keep_metric={self.keep_metric!r} must be 'accuracy', 'reward' or None (detect it)"
+            )
         if self.keep_order not in (None, "response", "first-seen", "sorted"):
             raise ValueError(
                 f"Adapter keep_order={self.keep_order!r} must be 'response', 'first-seen', 'sorted' or None"
@@ -450,6 +460,51 @@ class Adapter:
     def replace(self, **changes: Any) -> Adapter:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+
+def _check_constant(aggregation: str | None, constant: Any) -> None:
+    """A declared ``aggregation_constant`` must be a positive number and belong to seq-mean-token-sum-norm."""
+    from ..objectives import resolve_aggregation
+
+    if not (isinstance(constant, int | float) and 0 < constant < float("inf")):
+        raise ValueError(
+            f"Adapter aggregation_constant={constant!r} must be a positive number (e.g. TRL's "
+            "max_completion_length)"
+        )
+    mode = None if aggregation is None else resolve_aggregation(aggregation)
+    if mode != "seq-mean-token-sum-norm":
+        raise ValueError(
+            f"Adapter aggregation_constant={constant!r} is the C of seq-mean-token-sum-norm, but aggregation="
+            f"{aggregation!r}: declare aggregation='seq-mean-token-sum-norm' (or TRL's 'dr_grpo'), or drop "
+            "the constant"
+        )
+
+
+#: A response is correct (accuracy 1) iff its reward exceeds this, for a filter whose k is counted
+#: on the accuracy (``keep_metric="accuracy"``). The suite's shaped probes are the accuracy plus a
+#: shaping bonus in [0, 0.5), so ``R > 0.5`` and ``R >= 1`` (correctness plus a format bonus) agree
+#: on them.
+ACCURACY_THRESHOLD = 0.5
+
+#: The keep-metric probe: shaped rewards (accuracy + a bonus in [0, 0.5)) in three contiguous
+#: groups of two (every layout takes it): all right but differing, all wrong but differing, mixed.
+#: The reward's rule keeps all three groups, the accuracy's only the last.
+_METRIC_PROBE = Batch.grouped([[1.1, 1.0], [0.1, 0.0], [1.25, 0.2]])
+
+
+def detect_keep_metric(adapter: Adapter) -> str:
+    """What a keep-mask filter counts k on: ``accuracy`` (``R > ACCURACY_THRESHOLD``) or ``reward``.
+
+    On :data:`_METRIC_PROBE` the two rules differ in every group but one: a result that is the
+    accuracy's rule is ``accuracy``; anything else reads as ``reward`` (the default rule, which
+    ``keep_mask_rule`` then checks and reports).
+    """
+    from ..advantages import dapo_keep_mask
+
+    accuracy = (_METRIC_PROBE.rewards > ACCURACY_THRESHOLD).astype(np.float64)
+    want = np.asarray(dapo_keep_mask(accuracy, index=_METRIC_PROBE.index)).astype(bool)
+    got = adapter.keep(_METRIC_PROBE).numpy().astype(bool)
+    return "accuracy" if got.shape == want.shape and bool((got == want).all()) else "reward"
 
 
 def detect_keep_order(adapter: Adapter) -> str:

@@ -10,6 +10,7 @@ import json
 import random
 from typing import Any
 
+from ..objectives import resolve_aggregation
 from .adapter import Adapter, check_call, load_adapter, oracle_adapter
 from .core import LEVELS, Context, Outcome, recorded_outcome
 from .detect import Detection, detect_convention
@@ -34,6 +35,9 @@ def build_context(
     output: str | None = None,
     aggregation: str | None = None,
     clip: str | tuple[float, float] | None = None,
+    aggregation_constant: float | None = None,
+    returns: str | None = None,
+    keep_metric: str | None = None,
 ) -> Context:
     """The context for a run: the adapter, what it should compute, and the detection.
 
@@ -44,9 +48,12 @@ def build_context(
     uses the adapter's declared working precision, else the detected one (``float64`` or
     ``float32``). ``strict``: WARN verdicts count as FAIL. ``output`` (``--output
     KEY|INDEX``): where the advantages are in the result. ``aggregation`` and ``clip``
-    (``"0.2"`` or ``"0.2,0.28"``) declare the loss's aggregation and PPO clip range. A call
-    that does not fit the layout raises :class:`~.adapter.CallMismatch` (a ``ValueError``)
-    before any property runs.
+    (``"0.2"`` or ``"0.2,0.28"``) declare the loss's aggregation and PPO clip range, and
+    ``aggregation_constant`` the ``C`` of seq-mean-token-sum-norm. ``returns`` (layout token:
+    ``"advantages"``) and ``keep_metric`` (a keep-mask filter's ``"accuracy"`` or ``"reward"``)
+    declare the :class:`Adapter` fields of those names. Each given option overrides the
+    adapter's field. A call that does not fit the layout raises :class:`~.adapter.CallMismatch`
+    (a ``ValueError``) before any property runs.
     """
     if impl is None:
         adapter: Adapter = oracle_adapter("paper", layout=layout or "index").replace(
@@ -60,10 +67,28 @@ def build_context(
         raise ValueError(f"--convention {convention!r} must be 'auto' or one of {', '.join(REFERENCE_NAMES)}")
     if precision != "auto" and precision not in PRECISIONS:
         raise ValueError(f"--precision {precision!r} must be 'auto' or one of {', '.join(PRECISIONS)}")
+    changes: dict[str, Any] = {}
     if aggregation is not None:
-        adapter = adapter.replace(aggregation=aggregation)
+        changes["aggregation"] = aggregation
+        if aggregation_constant is None and resolve_aggregation(aggregation) != "seq-mean-token-sum-norm":
+            changes["aggregation_constant"] = None  # the adapter's C belonged to the mode replaced
+    if aggregation_constant is not None:
+        mode = aggregation if aggregation is not None else adapter.aggregation
+        if mode is None or resolve_aggregation(mode) != "seq-mean-token-sum-norm":
+            raise ValueError(
+                f"--aggregation-constant {aggregation_constant!r} is the C of seq-mean-token-sum-norm, but "
+                f"the aggregation is {mode!r}: add --aggregation seq-mean-token-sum-norm (or dr_grpo), or "
+                "drop --aggregation-constant"
+            )
+        changes["aggregation_constant"] = aggregation_constant
     if clip is not None:
-        adapter = adapter.replace(clip=_clip_range(clip))
+        changes["clip"] = _clip_range(clip)
+    if returns is not None:
+        changes["returns"] = returns
+    if keep_metric is not None:
+        changes["keep_metric"] = keep_metric
+    if changes:
+        adapter = adapter.replace(**changes)
     check_call(adapter)  # fail fast: the first probe must fit the layout
     if adapter.layout == "keep-mask":  # a filter: no advantages to detect a convention from
         ref = reference_for("paper" if convention == "auto" else convention)
@@ -106,6 +131,43 @@ def _short(outcome: Outcome, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def declarations(adapter: Adapter) -> dict[str, str]:
+    """What the adapter declares beyond its convention, as the summary shows it: the call hooks
+    (``output``, ``inputs``), the loss's ``aggregation`` (with its constant), ``clip`` and ``dual
+    clip``, the token layout's ``returns``, a filter's ``keep metric`` and ``keep order``.
+
+    >>> from sigma_ref.conformance import Adapter
+    >>> declarations(Adapter(print, "index", output="advantages", clip=(0.2, 0.28), aggregation="dr_grpo"))
+    {'output': "'advantages'", 'aggregation': 'seq-mean-token-sum-norm (dr_grpo)', 'clip': '0.2,0.28'}
+    """
+    out: dict[str, str] = {}
+    if adapter.output is not None:
+        out["output"] = repr(adapter.output) if not callable(adapter.output) else _name(adapter.output)
+    if adapter.inputs is not None:
+        out["inputs"] = _name(adapter.inputs)
+    if adapter.aggregation is not None:
+        mode = resolve_aggregation(adapter.aggregation)
+        text = mode if mode == adapter.aggregation else f"{mode} ({adapter.aggregation})"
+        if adapter.aggregation_constant is not None:
+            text += f", C = {adapter.aggregation_constant:g}"
+        out["aggregation"] = text
+    if adapter.clip is not None:
+        out["clip"] = f"{adapter.clip[0]:g},{adapter.clip[1]:g}"
+    if adapter.dual_clip is not None:
+        out["dual clip"] = f"{adapter.dual_clip:g}"
+    if adapter.returns is not None:
+        out["returns"] = adapter.returns
+    if adapter.keep_metric is not None:
+        out["keep metric"] = adapter.keep_metric
+    if adapter.keep_order is not None:
+        out["keep order"] = adapter.keep_order
+    return out
+
+
+def _name(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
 def conformant(outcomes: list[Outcome]) -> bool:
     """No FAIL among the outcomes (WARN and NOTE do not count)."""
     return not any(o.verdict == "FAIL" for o in outcomes)
@@ -126,6 +188,7 @@ def report_dict(
             "declared": ctx.declared,
             "detected": det.to_dict() if det else None,
         },
+        "declared": declarations(ctx.adapter),
         "precision": ctx.precision,
         "strict": ctx.strict,
         "hypothesis": {"profile": profile, "seed": seed},
@@ -159,6 +222,9 @@ def summary(ctx: Context, outcomes: list[Outcome], *, seed: int | None, profile:
             lines.append(f"detected:   {det.summary()}")
     elif det is not None:
         lines.append(f"convention: {det.summary()} [detected]")
+    shown = declarations(ctx.adapter)
+    if shown:
+        lines.append("declared:   " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     declared_precision = ctx.adapter.precision is not None
     lines.append(f"precision:  {ctx.precision} [{'declared' if declared_precision else 'detected'}]")
     seed_text = "derandomized" if seed is None else f"seed {seed} (reproduce: --hypothesis-seed={seed})"

@@ -4,18 +4,31 @@ One row per deliberately wrong implementation: what its author meant, the verdic
 property the suite catches it with, and the suite's words (the cause a probe confirmed,
 else the message). No count of failing properties: for a nondeterministic implementation it
 varies from run to run while its verdict does not. The trainer gallery (``trainers_wrong``) gets a
-second table, and the correct trainer code a count of CONFORMANT runs with nothing declared.
+second table (``--trainers``), and the correct trainer code a count of CONFORMANT runs with nothing
+declared. ``--shapes``: the call shapes of issue 10 (``trainers_token`` and ``shapes``: the token
+layout, the dict and tuple hooks, ``(loss, metrics)`` in every aggregation mode, keep masks), correct
+code run with nothing declared and again with its declarations, wrong code with its intent
+declared, and the aggregation each correct loss is detected as.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.core import Outcome, run_suite
 from sigma_ref.conformance.session import build_context
+from sigma_ref.objectives import resolve_aggregation
 
-from . import trainers_correct, trainers_wrong, wrong, wrong_context
+from . import (
+    case_adapter,
+    caught_by,
+    shapes,
+    trainers_correct,
+    trainers_token,
+    trainers_wrong,
+    wrong,
+    wrong_context,
+)
 
 _LAYOUTS = ("contiguous", "index", "grouped")
 
@@ -55,12 +68,8 @@ def kill_table() -> str:
 
 
 def _trainer_outcomes(case, *, declare: bool) -> list[Outcome]:  # type: ignore[no-untyped-def]
-    kw = dict(loss=case.loss, keep_mask=case.keep_mask, name=case.name, dtypes=case.dtypes)
-    if case.aggregation:
-        kw["aggregation"] = case.aggregation
-    if declare and case.convention is not None:
-        kw["convention"] = case.convention
-    return run_suite(build_context(Adapter(case.fn, case.layout, **kw)), max_examples=2, shrink=False, seed=0)
+    """The suite's outcomes on a gallery case, its claims declared or not (:func:`case_adapter`)."""
+    return run_suite(build_context(case_adapter(case, declare=declare)), max_examples=2, shrink=False, seed=0)
 
 
 def trainer_table() -> str:
@@ -97,12 +106,83 @@ def trainer_table() -> str:
     return "\n".join(head + rows)
 
 
+#: The call-shape gallery: token layout, dict and tuple hooks, losses, keep masks.
+SHAPE_CASES = [*trainers_token.CASES, *shapes.CASES]
+
+
+def _claims(case) -> str:  # type: ignore[no-untyped-def]
+    """What a shape case declares, in the table's words: convention, aggregation, returns, keep metric."""
+    parts = [case.convention] if case.convention and case.shape != "keep-mask" else []
+    if case.aggregation:
+        mode = resolve_aggregation(case.aggregation)
+        parts.append(mode + (f", C = {case.aggregation_constant:g}" if case.aggregation_constant else ""))
+    if case.returns and case.shape == "token":
+        parts.append(f"returns = {case.returns}")
+    if case.keep_metric:
+        parts.append(f"keep metric {case.keep_metric}")
+    return "; ".join(parts) or "-"
+
+
+def _aggregation_note(outcomes: list[Outcome]) -> str:
+    """What loss_aggregation said: the detected or declared mode (``aggregation: ...``), or its verdict."""
+    for o in outcomes:
+        if o.name == "loss_aggregation":
+            text = o.message.split(" [detected", 1)[0] if o.verdict == "NOTE" else f"{o.verdict}: {_words(o)}"
+            return text.removeprefix("aggregation: ")
+    return "-"
+
+
+def shapes_table() -> str:
+    """The call-shape gallery: correct code undeclared and declared, wrong code with its intent declared."""
+    correct = [c for c in SHAPE_CASES if c.correct]
+    bare = {c.name: _trainer_outcomes(c, declare=False) for c in correct}
+    declared = {c.name: _trainer_outcomes(c, declare=True) for c in correct}
+    ok_bare = sum(not any(o.verdict == "FAIL" for o in bare[c.name]) for c in correct)
+    ok_declared = sum(not any(o.verdict == "FAIL" for o in declared[c.name]) for c in correct)
+    rows, caught, hygiene = [], 0, 0
+    cases = [c for c in SHAPE_CASES if not c.correct]
+    for case in cases:
+        outcomes = _trainer_outcomes(case, declare=True)
+        hit = caught_by(case, outcomes)
+        caught += bool(hit) and case.verdict == "FAIL"
+        hygiene += bool(hit) and case.verdict == "WARN"
+        shown = (hit or [o for o in outcomes if o.verdict == case.verdict] or [None])[0]
+        verdict = shown.verdict if shown is not None else "pass"
+        words = _words(shown)[:220] if shown is not None else "NOT CAUGHT"
+        label = shown.label if shown is not None else "-"
+        rows.append(f"| `{case.name}` | {case.shape} | {_claims(case)} | {verdict} | `{label}` | {words} |")
+    n_wrong = sum(c.verdict == "FAIL" for c in cases)
+    head = [
+        f"Shapes gallery: {ok_bare}/{len(correct)} correct implementations CONFORMANT with nothing "
+        f"declared, {ok_declared}/{len(correct)} with their declarations; {caught}/{n_wrong} wrong ones "
+        f"FAIL the property they break with a cause a probe confirmed; {hygiene}/{len(cases) - n_wrong} "
+        "hygiene cases get their WARN (and no FAIL).",
+        "",
+        "| wrong code | shape | declared | verdict | caught by | what the suite says |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    losses = [c for c in correct if c.loss is not None]
+    agg = [
+        "",
+        "| correct loss | declared | detected with nothing declared | with the declaration |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in losses:
+        agg.append(
+            f"| `{c.name}` | {_claims(c)} | {_aggregation_note(bare[c.name])} | "
+            f"{_aggregation_note(declared[c.name])} |"
+        )
+    return "\n".join(head + rows + agg)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print the kill tables as markdown")
-    parser.add_argument("--trainers", action="store_true", help="only the trainer gallery's table")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--trainers", action="store_true", help="only the trainer gallery's table")
+    which.add_argument("--shapes", action="store_true", help="only the call-shape gallery's tables")
     args = parser.parse_args()
-    print(trainer_table() if args.trainers else kill_table())
+    print(trainer_table() if args.trainers else shapes_table() if args.shapes else kill_table())
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ NO_FLOAT16: tuple[str, ...] = ("float64", "float32", "bfloat16")
 #: Conventions a correct case may claim (``sigma_ref.conventions.PRESETS`` plus RLOO).
 PRESET_NAMES: tuple[str, ...] = ("paper", "post", "dr_grpo", "trl", "trl_batch", "verl", "openrlhf", "rloo")
 
-#: How the advantage function is called (``sigma_ref.conformance.adapter``), plus the
-#: issue-10 shapes that the suite does not call yet.
+#: How the advantage function is called (``sigma_ref.conformance.adapter``); ``dict`` is the
+#: ``index`` layout through the ``inputs=`` / ``output=`` hooks (a dict batch in, a dict out).
 LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "dict", "keep-mask")
 
 #: What the entry is: an advantage function, a token-level one, a dict one, a loss that
@@ -45,9 +45,14 @@ class Case:
     * ``convention``: a name of :data:`PRESET_NAMES`, or ``None`` for a convention (correct)
       or an intent (wrong) outside the presets, then stated by ``expected``.
     * ``breaks``: properties of the suite that must fail (none for correct cases);
-      ``cause_words``: words a correct diagnosis contains.
+      ``cause_words``: words a correct diagnosis contains. ``verdict``: what a wrong case's
+      property gives, ``FAIL`` (the algorithm is computed wrong) or ``WARN`` (hygiene: a
+      behaviour a real trainer ships, reported with its measured effect).
     * ``loss`` / ``keep_mask``: optional loss and DAPO filter; ``aggregation``: the loss
-      aggregation the loss declares (verl's names).
+      aggregation the loss declares (verl's names), ``aggregation_constant`` its ``C`` for
+      seq-mean-token-sum-norm (``None``: the padded length T).
+    * ``inputs`` / ``output``: the Adapter's call hooks (layout ``dict``); ``returns``: layout
+      token, what the returns are declared to equal; ``keep_metric``: a filter's declared metric.
     * ``note``: what the code does and why it is right or wrong.
     * ``precision``: the dtype of its statistics (``"input"``: the input's; ``"float32"``:
       float32 whatever the input).
@@ -79,6 +84,12 @@ class Case:
     expected: Callable | None = None
     clip: float | None = None
     dtypes: tuple[str, ...] = ALL_DTYPES
+    verdict: str = "FAIL"
+    aggregation_constant: float | None = None
+    inputs: Callable | None = None
+    output: str | int | None = None
+    returns: str | None = None
+    keep_metric: str | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -97,6 +108,10 @@ class Case:
             raise ValueError(
                 f"Case {self.name!r}: convention=None needs an expected(rewards, index) callable"
             )
+        if self.verdict not in ("FAIL", "WARN"):
+            raise ValueError(f"Case {self.name!r}: verdict={self.verdict!r} must be 'FAIL' or 'WARN'")
+        if self.correct and self.verdict != "FAIL":
+            raise ValueError(f"Case {self.name!r} is correct: a verdict belongs to wrong or hygiene cases")
         if self.precision not in ("input", "float32"):
             raise ValueError(f"Case {self.name!r}: precision={self.precision!r} must be 'input' or 'float32'")
 

@@ -14,6 +14,8 @@ import torch
 
 from sigma_ref.conformance import Adapter
 
+from .cases import Case
+
 
 # --- layout token ------------------------------------------------------------------
 @torch.no_grad()
@@ -151,3 +153,119 @@ KEEP_SORTED = Adapter(keep_per_group_sorted, "keep-mask", name="keep_per_group_s
 KEEP_SPREAD_AS_ACCURACY = Adapter(
     keep_reward_spread, "keep-mask", keep_metric="accuracy", name="keep_reward_spread"
 )
+
+
+_V = "volcengine/verl 0.9.1 verl/trainer/ppo/core_algos.py"
+
+#: The entries above as gallery cases (run through the suite by ``python -m tests.gallery --shapes``).
+CASES: list[Case] = [
+    Case(
+        "verl_token",
+        verl_token,
+        "token",
+        False,
+        f"{_V} compute_grpo_outcome_advantage as shipped",
+        "verl",
+        shape="token",
+        breaks=("rejected_rows_ignored",),
+        cause_words=("counted as a response with reward 0", "baseline"),
+        note="hygiene (WARN): verl's algorithm, but a rejected response is a reward-0 member of its group",
+        verdict="WARN",
+        returns="advantages",
+    ),
+    Case(
+        "token_excluding_rejected",
+        token_excluding_rejected,
+        "token",
+        True,
+        f"{_V} compute_grpo_vectorized_outcome_advantage's scatter form, rejected and NaN rows left out",
+        "verl",
+        shape="token",
+        note="reward gathered at the last valid token, index_add_ statistics over the live rows",
+    ),
+    Case(
+        "token_last_column",
+        token_last_column,
+        "token",
+        False,
+        "verl-style estimator fed token_level_rewards[:, -1] only",
+        "verl",
+        shape="token",
+        breaks=("token_reward_position",),
+        cause_words=("last column", "last valid token"),
+        note="rows shorter than T read 0 from padding instead of their reward",
+        returns="advantages",
+    ),
+    Case(
+        "token_unmasked",
+        token_unmasked,
+        "token",
+        False,
+        "verl-style estimator called with torch.ones_like(response_mask)",
+        "verl",
+        shape="token",
+        breaks=("token_broadcast",),
+        cause_words=("padding", "not multiplied by response_mask"),
+        note="advantages broadcast over the padding too",
+        returns="advantages",
+    ),
+    Case(
+        "dict_batch",
+        dict_batch,
+        "dict",
+        True,
+        "an in-house trainer's batch dict (issue 10): population std + 1e-4, grouped by prompt id",
+        None,
+        shape="dict",
+        note="{'rewards', 'prompt_ids': [str]} -> {'advantages', 'stats'} through inputs= and output=",
+        inputs=dict_inputs,
+        output="advantages",
+    ),
+    Case(
+        "loss_with_metrics",
+        token_excluding_rejected,
+        "token",
+        True,
+        "verl compute_policy_loss_vanilla / OpenRLHF PolicyLoss: (loss, {'clipfrac'}), token-mean",
+        "verl",
+        loss=loss_with_metrics,
+        aggregation="token-mean",
+        shape="loss-tuple",
+        note="clipped surrogate (0.8, 1.28), token-mean, metrics as Python floats",
+    ),
+    Case(
+        "keep_by_accuracy",
+        keep_by_accuracy,
+        "keep-mask",
+        True,
+        "verl recipe/dapo filter_groups, metric='acc' (accuracy R > 0.5)",
+        None,
+        shape="keep-mask",
+        note="one bool per response: keep iff 0 < k < G on the accuracy",
+        keep_metric="accuracy",
+    ),
+    Case(
+        "keep_per_group_sorted",
+        keep_per_group_sorted,
+        "keep-mask",
+        True,
+        "verl recipe/dapo filter_groups, metric='seq_reward' (np.std > 0), one bool per group",
+        None,
+        shape="keep-mask",
+        note="one bool per group in np.unique (sorted) id order; the order is detected",
+        keep_metric="reward",
+    ),
+    Case(
+        "keep_reward_spread",
+        keep_reward_spread,
+        "keep-mask",
+        False,
+        "verl recipe/dapo filter_groups with metric='seq_reward' where the accuracy was meant",
+        None,
+        shape="keep-mask",
+        breaks=("keep_mask_rule",),
+        cause_words=("accuracy", "spread of the rewards"),
+        note="keeps all-correct (and all-wrong) groups whose shaping bonus differs",
+        keep_metric="accuracy",
+    ),
+]

@@ -1,15 +1,21 @@
 """Issue-10 shapes: token-level, dict-in/dict-out, (loss, metrics) and keep-mask functions.
 
-The suite does not call these shapes yet; each :class:`Case` says its ``shape``:
+The suite calls each shape as it is (``python -m tests.gallery --markdown --shapes`` runs every
+case through it; ``tests/test_gallery_shapes.py`` checks the verdicts). Each :class:`Case`
+says its ``shape``:
 
 * ``token``: ``fn(token_level_rewards [B, T], response_mask [B, T], index) -> (advantages
   [B, T], returns [B, T])`` as verl's ``core_algos`` estimators: the scalar reward sits on
   the last valid token of each row, the advantage is broadcast over the valid tokens and 0
   on masked ones. A row whose mask is all zero (a rejected response) or whose reward is NaN
-  (an unscorable one) gets advantage 0 and does not enter its siblings' baseline.
+  (an unscorable one) gets advantage 0 and, in the correct cases here, does not enter its
+  siblings' baseline; verl as shipped counts a rejected row as reward 0, a hygiene WARN.
 * ``dict``: ``fn({"rewards": Tensor[N], "prompt_ids": list[str]}) -> {"advantages":
-  Tensor[N], ...}`` (an in-house trainer's batch dict; string prompt ids, any order).
-* ``loss-tuple``: ``loss(logp, old_logp, advantages, mask) -> (loss, metrics)``.
+  Tensor[N], ...}`` (an in-house trainer's batch dict; string prompt ids, any order), called
+  through the ``inputs=`` hook (:func:`tests.gallery.shapes.dict_inputs`) and ``output="advantages"``.
+* ``loss-tuple``: ``loss(logp, old_logp, advantages, mask) -> (loss, metrics)`` or a scalar,
+  one correct loss per aggregation mode and the modes' known bugs, each with its declared
+  ``aggregation`` (and constant).
 * ``keep-mask``: ``fn(rewards, index) -> bool[N]``, DAPO's dynamic-sampling filter on the
   accuracy signal. Here the reward is correctness (0 or 1) plus a format bonus in [0, 0.5),
   so the accuracy is ``rewards >= 1``; keep a group iff ``0 < k < G`` on it.
@@ -23,6 +29,7 @@ import numpy as np
 import torch
 
 from .cases import Case
+from .shapes import dict_inputs
 
 # ---------------------------------------------------------------------------------------
 # token level
@@ -169,6 +176,86 @@ def verl_loss_tuple_seq_mean(
     return pg_loss, {"actor/pg_loss": pg_loss.detach().item()}
 
 
+def _pg_losses(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """verl compute_policy_loss_vanilla's per-token clipped surrogate (clip 0.2 / 0.28)."""
+    ratio = torch.exp(torch.clamp(logp - old_logp, -20.0, 20.0))
+    adv = advantages.unsqueeze(1)
+    return torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 0.8, 1.28))
+
+
+def verl_agg_seq_mean_token_sum(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict]:
+    """verl agg_loss('seq-mean-token-sum'): token sums, masked mean over sequences with a token."""
+    seq_losses = torch.sum(_pg_losses(logp, old_logp, advantages) * mask, dim=-1)
+    seq_mask = (torch.sum(mask, dim=-1) > 0).to(seq_losses.dtype)
+    loss = (seq_losses * seq_mask).sum() / seq_mask.sum()
+    return loss, {"actor/pg_loss": loss.detach().item()}
+
+
+#: TRL's ``max_completion_length`` in the dr_grpo cases: the constant C, declared with
+#: ``--aggregation-constant 16`` (the suite's policy has T = 5, so C = T would be wrong).
+MAX_COMPLETION_LENGTH = 16
+
+
+def trl_dr_grpo_max_completion_length(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """TRL loss_type='dr_grpo': the token sum over batch size * max_completion_length (a constant)."""
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(1)
+    per_token_loss = -torch.min(ratio * adv, torch.clamp(ratio, 0.8, 1.28) * adv)
+    return (per_token_loss * mask).sum() / (per_token_loss.size(0) * MAX_COMPLETION_LENGTH)
+
+
+def verl_token_sum(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, dp_size: int = 1
+) -> tuple[torch.Tensor, dict]:
+    """verl agg_loss('token-sum'): the masked token sum, times dp_size (undoes DDP's mean; 1 here)."""
+    loss = (_pg_losses(logp, old_logp, advantages) * mask).sum() * dp_size
+    return loss, {"actor/pg_loss": loss.detach().item()}
+
+
+def seq_mean_token_sum_over_length(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Declared seq-mean-token-sum, but each token sum is divided by its length, as verl's DAPO README
+    showed it (verl issue #1233): that is seq-mean-token-mean."""
+    pg_losses = _pg_losses(logp, old_logp, advantages)
+    pg_loss = torch.sum(pg_losses * mask, dim=-1) / torch.sum(mask, dim=-1)
+    return torch.mean(pg_loss)
+
+
+def sum_norm_without_batch_mean(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Declared seq-mean-token-sum-norm, written as verl 0.4.1-0.6.0's agg_loss (verl issue #3741):
+    torch.sum(seq_losses) / loss_mask.shape[-1], no division by the number of sequences."""
+    seq_losses = torch.sum(_pg_losses(logp, old_logp, advantages) * mask, dim=-1)
+    return torch.sum(seq_losses) / mask.shape[-1]
+
+
+def dr_grpo_batch_padded_length(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Declared Dr. GRPO with C = max_completion_length = 16, but divided by the batch's padded length
+    mask.size(1), which changes with each batch's longest response (verl issue #3741's TODO)."""
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(1)
+    per_token_loss = -torch.min(ratio * adv, torch.clamp(ratio, 0.8, 1.28) * adv)
+    return (per_token_loss * mask).sum() / (per_token_loss.size(0) * mask.size(1))
+
+
+def token_sum_left_normalised(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict]:
+    """Declared token-sum, but the sum is still divided by the token count: the reducer switched to a sum
+    while the normaliser stayed the token-mean's (the flag conflict reviewed in radixark/miles PR #872)."""
+    loss = (_pg_losses(logp, old_logp, advantages) * mask).sum()
+    loss = loss / mask.sum().clamp(min=1.0)  # the per-token normaliser, left in place
+    return loss, {"actor/pg_loss": loss.detach().item()}
+
+
 def loss_tuple_padded_length(
     logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, dict]:
@@ -272,6 +359,7 @@ CASES: list[Case] = [
         shape="token",
         note="sum over tokens (reward on the last valid token), uid dict, Bessel + 1e-6, "
         "empty-mask and NaN-reward rows out of the baseline and 0",
+        returns="advantages",
     ),
     Case(
         "verl_token_rloo_vectorized",
@@ -282,6 +370,7 @@ CASES: list[Case] = [
         "rloo",
         shape="token",
         note="bincount counts and sums over the valid rows only; broadcast times the mask",
+        returns="advantages",
     ),
     Case(
         "openrlhf_eos_gather",
@@ -293,6 +382,7 @@ CASES: list[Case] = [
         "openrlhf",
         shape="token",
         note="gathers the reward at the last valid token, Bessel + 1e-9 per uid over valid rows",
+        returns="advantages",
     ),
     Case(
         "dict_batch_trl",
@@ -304,6 +394,8 @@ CASES: list[Case] = [
         "trl",
         shape="dict",
         note="{'rewards', 'prompt_ids': uuid strings} -> {'advantages', 'reward_std'}, input order kept",
+        inputs=dict_inputs,
+        output="advantages",
     ),
     Case(
         "ppo_loss_with_metrics",
@@ -330,6 +422,43 @@ CASES: list[Case] = [
         note="mean over each response's own tokens, then over responses with at least one token",
     ),
     Case(
+        "verl_agg_seq_mean_token_sum",
+        verl_token_grpo,
+        "token",
+        True,
+        f"{_V} compute_policy_loss_vanilla + agg_loss('seq-mean-token-sum') returning (pg_loss, metrics)",
+        "verl",
+        loss=verl_agg_seq_mean_token_sum,
+        aggregation="seq-mean-token-sum",
+        shape="loss-tuple",
+        note="token sums, masked mean over the sequences with at least one token",
+    ),
+    Case(
+        "trl_dr_grpo_max_completion_length",
+        verl_token_grpo,
+        "token",
+        True,
+        "huggingface/trl 1.16.0 trl/trainer/grpo_trainer.py GRPOTrainer._compute_loss loss_type='dr_grpo'",
+        "verl",
+        loss=trl_dr_grpo_max_completion_length,
+        aggregation="dr_grpo",
+        aggregation_constant=MAX_COMPLETION_LENGTH,
+        shape="loss-tuple",
+        note="(per_token_loss * mask).sum() / (B * max_completion_length), C = 16 declared",
+    ),
+    Case(
+        "verl_token_sum",
+        verl_token_grpo,
+        "token",
+        True,
+        "verl-project/verl PR #7197 core_algos.agg_loss('token-sum'): masked sum * dp_size",
+        "verl",
+        loss=verl_token_sum,
+        aggregation="token-sum",
+        shape="loss-tuple",
+        note="the plain masked token sum (dp_size = 1 in one process)",
+    ),
+    Case(
         "dapo_accuracy_filter",
         verl_token_grpo,
         "keep-mask",
@@ -340,6 +469,7 @@ CASES: list[Case] = [
         shape="keep-mask",
         note="keep iff 0 < k < G on accuracy (reward >= 1): shaped rewards that differ but are all correct "
         "are dropped",
+        keep_metric="accuracy",
     ),
     Case(
         "last_column_reward",
@@ -351,6 +481,7 @@ CASES: list[Case] = [
         shape="token",
         breaks=("token_reward_position",),
         cause_words=("last column", "last valid token"),
+        returns="advantages",
         note="rows shorter than T read 0 from padding instead of their reward",
     ),
     Case(
@@ -361,8 +492,8 @@ CASES: list[Case] = [
         "verl-style estimator that forgets `* response_mask`",
         "verl",
         shape="token",
-        breaks=("token_masked_zero",),
-        cause_words=("masked", "padding"),
+        breaks=("token_broadcast",),
+        cause_words=("padding", "not multiplied by response_mask"),
         note="advantage broadcast over padding positions too",
     ),
     Case(
@@ -373,9 +504,12 @@ CASES: list[Case] = [
         f"{_V} compute_grpo_outcome_advantage as shipped (no empty-row rule)",
         "verl",
         shape="token",
-        breaks=("token_empty_row",),
-        cause_words=("all-zero mask", "baseline"),
-        note="a rejected response (mask all 0, reward 0) lowers its siblings' mean and widens their std",
+        breaks=("rejected_rows_ignored",),
+        cause_words=("counted as a response with reward 0", "baseline"),
+        note="hygiene (WARN): a rejected response (mask all 0) is a reward-0 member of its group, as verl "
+        "ships it; it lowers its siblings' mean and widens their std",
+        verdict="WARN",
+        returns="advantages",
     ),
     Case(
         "nan_reward_zeroed",
@@ -385,8 +519,8 @@ CASES: list[Case] = [
         "verl-style estimator with torch.nan_to_num(token_level_rewards) first",
         "verl",
         shape="token",
-        breaks=("token_nan_row",),
-        cause_words=("NaN", "baseline"),
+        breaks=("nan_rows_confined",),
+        cause_words=("NaN", "nan_to_num", "baseline"),
         note="an unscorable response counts as reward 0 in its siblings' baseline (TRL excludes it)",
     ),
     Case(
@@ -397,9 +531,11 @@ CASES: list[Case] = [
         "in-house batch dict grouped by sorting prompt ids (itertools.groupby pattern)",
         "trl",
         shape="dict",
-        breaks=("string_id_order", "interleaved_groups"),
-        cause_words=("sorted", "order"),
+        breaks=("advantage_values", "permutation_equivariance"),
+        cause_words=("sorted-id order", "permuted"),
         note="advantages come back in sorted-prompt order, not the batch order",
+        inputs=dict_inputs,
+        output="advantages",
     ),
     Case(
         "loss_tuple_padded_length",
@@ -416,6 +552,64 @@ CASES: list[Case] = [
         note="each response averaged over T, not its own length",
     ),
     Case(
+        "seq_mean_token_sum_over_length",
+        verl_token_grpo,
+        "token",
+        False,
+        "verl recipe/dapo README's seq-mean-token-sum (verl-project/verl issue #1233, fixed 2025-06)",
+        "verl",
+        loss=seq_mean_token_sum_over_length,
+        aggregation="seq-mean-token-sum",
+        shape="loss-tuple",
+        breaks=("loss_aggregation",),
+        cause_words=("divided by its own length", "seq-mean-token-mean"),
+        note="each token sum divided by its length: long responses lose the weight seq-mean-token-sum gives",
+    ),
+    Case(
+        "sum_norm_without_batch_mean",
+        verl_token_grpo,
+        "token",
+        False,
+        "verl 0.4.1-0.6.0 core_algos.agg_loss('seq-mean-token-sum-norm') (verl-project/verl issue #3741)",
+        "verl",
+        loss=sum_norm_without_batch_mean,
+        aggregation="seq-mean-token-sum-norm",
+        shape="loss-tuple",
+        breaks=("loss_aggregation",),
+        cause_words=("divided by C alone", "N_seq"),
+        note="torch.sum(seq_losses) / loss_mask.shape[-1]: the step grows with the batch size",
+    ),
+    Case(
+        "dr_grpo_batch_padded_length",
+        verl_token_grpo,
+        "token",
+        False,
+        "TRL loss_type='dr_grpo' with mask.size(1) for max_completion_length (verl-project/verl issue #3741)",
+        "verl",
+        loss=dr_grpo_batch_padded_length,
+        aggregation="dr_grpo",
+        aggregation_constant=MAX_COMPLETION_LENGTH,
+        shape="loss-tuple",
+        breaks=("loss_aggregation",),
+        cause_words=("padded length", "declared C = 16"),
+        note="the constant of Dr. GRPO taken from the batch: the normaliser follows the longest response",
+    ),
+    Case(
+        "token_sum_left_normalised",
+        verl_token_grpo,
+        "token",
+        False,
+        "token-sum declared while the token-mean normaliser stays (radixark/miles PR #872 review: "
+        "--loss-agg-mode vs --calculate-per-token-loss out of sync)",
+        "verl",
+        loss=token_sum_left_normalised,
+        aggregation="token-sum",
+        shape="loss-tuple",
+        breaks=("loss_aggregation",),
+        cause_words=("divided by the batch's token count", "token-mean"),
+        note="masked sum / mask.sum(): token-mean, not the declared token-sum",
+    ),
+    Case(
         "keep_mask_reward_spread",
         verl_token_grpo,
         "keep-mask",
@@ -424,8 +618,9 @@ CASES: list[Case] = [
         "verl",
         keep_mask=keep_mask_reward_spread,
         shape="keep-mask",
-        breaks=("dapo_keep_mask",),
-        cause_words=("accuracy", "reward spread"),
+        breaks=("keep_mask_rule",),
+        cause_words=("accuracy", "spread of the rewards"),
         note="keeps all-correct (and all-wrong) groups whose format bonus differs: no accuracy signal",
+        keep_metric="accuracy",
     ),
 ]
