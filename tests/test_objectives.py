@@ -402,6 +402,31 @@ def test_importance_weights_multiply_the_policy_gradient(level, tis_mode, kind):
     torch.testing.assert_close(got, g, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("kind", ["ppo", "gspo", "cispo"])
+def test_given_importance_weights_are_used_as_they_are(kind):
+    """``rho=`` replaces the declared weights (any constants, e.g. a wrong implementation's): with the
+    declared ones it is the declared objective; with others, autograd of the surrogate times them."""
+    logp, old, adv, mask, _, rollout = _inputs(4, spread=0.8)
+    obj = O.Objective(kind, tis_cap=1.5, aggregation="token-mean")
+    rho = O.importance_weights(old, rollout, mask, cap=1.5)
+    torch.testing.assert_close(
+        O.loss_gradient(obj, logp, old, adv, mask, rho=rho),
+        O.loss_gradient(obj, logp, old, adv, mask, rollout_logp=rollout),
+        rtol=0,
+        atol=0,
+    )
+    other = torch.rand(mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 3
+    plain = O.loss_gradient(O.Objective(kind, aggregation="token-mean"), logp, old, adv, mask)
+    if kind != "gspo":  # token objectives: the weight multiplies each token's gradient
+        torch.testing.assert_close(
+            O.loss_gradient(obj, logp, old, adv, mask, rho=other), plain * other * mask
+        )
+    with pytest.raises(ValueError, match=r"rho has shape \(6, 1\) but mask has shape"):
+        O.loss_gradient(obj, logp, old, adv, mask, rho=other[:, :1])
+    with pytest.raises(ValueError, match="rho contains a negative, NaN or infinite weight"):
+        O.loss_gradient(obj, logp, old, adv, mask, rho=-other)
+
+
 def _k(logp, ref, kind):
     if kind == "k1":
         return logp - ref
