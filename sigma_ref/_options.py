@@ -23,10 +23,18 @@ __all__ = [
     "LAYOUTS",
     "SPLITS",
     "LOSS_SCALES",
+    "OBJECTIVES",
+    "KL_ESTIMATORS",
+    "KL_PLACEMENTS",
+    "TIS_LEVELS",
+    "TIS_MODES",
+    "OBJECTIVE_OPTIONS",
     "Option",
     "OPTIONS",
     "seconds",
     "counts",
+    "positive",
+    "dual_clip_bound",
     "add_to_pytest",
     "add_to_argparse",
     "pytest_argv",
@@ -37,6 +45,23 @@ LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mas
 #: Level 5: how groups are sharded over ranks, and who scales micro-batch losses.
 SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
+#: ``--objective`` and its terms (``sigma_ref.objectives.Objective``'s fields).
+OBJECTIVES: tuple[str, ...] = ("ppo", "gspo", "cispo")
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+KL_PLACEMENTS: tuple[str, ...] = ("loss", "reward")
+TIS_LEVELS: tuple[str, ...] = ("token", "sequence")
+TIS_MODES: tuple[str, ...] = ("truncate", "mask")
+#: The options that declare the objective, as ``build_context`` takes them (``dest`` without prefix).
+OBJECTIVE_OPTIONS: tuple[str, ...] = (
+    "objective",
+    "dual-clip",
+    "kl",
+    "kl-coef",
+    "kl-placement",
+    "tis-cap",
+    "tis-level",
+    "tis-mode",
+)
 
 
 def seconds(text: str) -> float:
@@ -67,6 +92,34 @@ def counts(text: str) -> tuple[int, ...]:
     if not all(v >= 1 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: micro-batch counts must be >= 1")
     return values
+
+
+def _number(text: str, *, what: str, above: float, fix: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > above and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what} > {above:g} ({fix})")
+    return value
+
+
+def positive(text: str) -> float:
+    """Parse a finite number > 0 (``--tis-cap``, ``--kl-coef``).
+
+    >>> positive("2")
+    2.0
+    """
+    return _number(text, what="a finite number", above=0, fix="e.g. 2.0")
+
+
+def dual_clip_bound(text: str) -> float:
+    """Parse dual-clip PPO's ``c`` (``--dual-clip``): a finite number > 1.
+
+    >>> dual_clip_bound("3")
+    3.0
+    """
+    return _number(text, what="a finite number", above=1, fix="verl's clip_ratio_c, e.g. 3.0")
 
 
 def _positive_int(text: str) -> int:
@@ -175,6 +228,59 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         type=seconds,
         show=repr,
+    ),
+    # the declared objective of the loss at ratios != 1 (sigma_ref.objectives.Objective), checked by
+    # loss_objective; with --clip and --aggregation
+    Option(
+        "objective",
+        "the loss's objective at ratios != 1: ppo (token ratio, clipped), gspo (sequence ratio "
+        "exp(mean_t log r), clipped per sequence) or cispo (stop-gradient clipped ratio times log pi); "
+        "needs --clip and --aggregation",
+        choices=OBJECTIVES,
+    ),
+    Option(
+        "dual-clip",
+        "--objective ppo: dual clip c > 1 (verl clip_ratio_c): the loss of A < 0 tokens capped at -c A",
+        metavar="C",
+        type=dual_clip_bound,
+        show=repr,
+    ),
+    Option(
+        "kl",
+        "--objective: the KL estimator against the reference policy (k1 = delta, k2 = delta^2/2, "
+        "k3 = exp(-delta) - 1 + delta, delta = logp - ref_logp); needs --kl-coef",
+        choices=KL_ESTIMATORS,
+    ),
+    Option(
+        "kl-coef",
+        "--kl: its coefficient beta (TRL beta, verl kl_loss_coef)",
+        metavar="BETA",
+        type=positive,
+        show=repr,
+    ),
+    Option(
+        "kl-placement",
+        "--kl: in the loss (a term of the loss, default; the loss takes ref_logp=) or in the reward "
+        "(already inside the advantages: no term of the loss)",
+        choices=KL_PLACEMENTS,
+    ),
+    Option(
+        "tis-cap",
+        "--objective: rollout-vs-training importance weights rho = pi_old / pi_rollout with cap C "
+        "(the loss takes rollout_logp=)",
+        metavar="C",
+        type=positive,
+        show=repr,
+    ),
+    Option(
+        "tis-level",
+        "--tis-cap: one weight per token (default) or per sequence (prod_t rho_t)",
+        choices=TIS_LEVELS,
+    ),
+    Option(
+        "tis-mode",
+        "--tis-cap: truncate (min(rho, C), TIS; default) or mask (rho if rho <= C else 0, MIS)",
+        choices=TIS_MODES,
     ),
     # level 5
     Option(
