@@ -865,8 +865,8 @@ def _term_probes(
         ):
             return (
                 f"the importance weight carries a gradient: at ratio 1 with weight {half:g} dL/dlogp is "
-                "twice the declared objective's, d(rho ell)/dlogp = rho ell' + rho ell, as for rho = "
-                "exp(logp - rollout_logp) not detached (compute it from old_logp, or detach it)"
+                "twice the declared objective's, as for rho = exp(logp - rollout_logp) not detached "
+                "(compute it from old_logp, or detach it)"
             )
     zero = dict(x, advantages=torch.zeros_like(x["advantages"]))
     g0 = gradient(zero)
