@@ -112,3 +112,25 @@ def test_declared_objective(case: LossCase) -> None:
         if case.breaks == "tis":  # each importance-weight bug is named by the term, confirmed
             assert outcome.finding is not None and outcome.finding.confirmed, outcome.message
             assert case.cause_words in (outcome.finding.cause or ""), outcome.message
+
+
+def test_objective_kill_table_verdicts() -> None:
+    """``python -m tests.gallery --markdown --objectives``: every correct loss matches its objective, every
+    wrong one FAILs loss_objective, and the importance-weight and KL bugs carry their confirmed term."""
+    from .gallery.__main__ import objective_table
+
+    table = objective_table(max_examples=2)
+    n_correct = sum(c.correct for c in LOSSES)
+    n_wrong = len(LOSSES) - n_correct
+    assert table.startswith(f"Loss gallery: {n_correct}/{n_correct} correct losses match"), table
+    assert f"{n_wrong}/{n_wrong} wrong ones FAIL" in table, table
+    rows = {line.split("`")[1]: line.split(" | ") for line in table.splitlines() if line.startswith("| `")}
+    assert set(rows) == {c.name for c in LOSSES if not c.correct}
+    for case in LOSSES:
+        if case.correct:
+            continue
+        verdict, words = rows[case.name][3], rows[case.name][4]
+        assert verdict == "FAIL", rows[case.name]
+        if case.breaks in ("tis", "kl"):
+            assert not words.startswith("term not identified"), rows[case.name]
+            assert case.breaks != "tis" or case.cause_words in words, rows[case.name]

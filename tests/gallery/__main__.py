@@ -4,7 +4,9 @@ One row per deliberately wrong implementation: what its author meant, the verdic
 property the suite catches it with, and the suite's words (the cause a probe confirmed,
 else the message). No count of failing properties: for a nondeterministic implementation it
 varies from run to run while its verdict does not. The trainer gallery (``trainers_wrong``) gets a
-second table, and the correct trainer code a count of CONFORMANT runs with nothing declared.
+second table, and the correct trainer code a count of CONFORMANT runs with nothing declared; the loss
+gallery (``losses``, ``--objectives``) a third: each loss under its declared objective, checked by
+``loss_objective``.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ from __future__ import annotations
 import argparse
 
 from sigma_ref.conformance import Adapter
-from sigma_ref.conformance.core import Outcome, run_suite
+from sigma_ref.conformance.core import Outcome, evaluate, run_suite
+from sigma_ref.conformance.matrix import describe_objective
 from sigma_ref.conformance.session import build_context
+from sigma_ref.objectives import resolve_aggregation
 
-from . import trainers_correct, trainers_wrong, wrong, wrong_context
+from . import correct as correct_gallery
+from . import losses, trainers_correct, trainers_wrong, wrong, wrong_context
 
 _LAYOUTS = ("contiguous", "index", "grouped")
 
@@ -97,12 +102,62 @@ def trainer_table() -> str:
     return "\n".join(head + rows)
 
 
+def objective_outcome(case: losses.LossCase, *, max_examples: int = 10) -> Outcome:
+    """``loss_objective`` on a gallery loss under its declared objective (derandomized by seed 0)."""
+    adapter = Adapter(
+        correct_gallery.post_contiguous,
+        "contiguous",
+        loss=case.fn,
+        convention="post",
+        name=case.name,
+        objective=case.declared,
+    )
+    return evaluate("loss_objective", build_context(adapter), max_examples=max_examples, shrink=False, seed=0)
+
+
+def _meant(case: losses.LossCase) -> str:
+    obj = case.declared
+    return f"{describe_objective(obj)}, {resolve_aggregation(obj.aggregation)}"
+
+
+def objective_table(*, max_examples: int = 10) -> str:
+    """The loss gallery: each correct loss matches its declared objective (a NOTE), each wrong one FAILs
+    ``loss_objective``, with the term a probe confirmed where it did."""
+    rows, matched, caught, confirmed = [], 0, 0, 0
+    correct = [c for c in losses.LOSSES if c.correct]
+    for case in correct:
+        matched += objective_outcome(case, max_examples=max_examples).verdict == "NOTE"
+    wrong_cases = [c for c in losses.LOSSES if not c.correct]
+    for case in wrong_cases:
+        outcome = objective_outcome(case, max_examples=max_examples)
+        caught += outcome.verdict == "FAIL"
+        sure = outcome.finding is not None and outcome.finding.confirmed
+        confirmed += outcome.verdict == "FAIL" and sure
+        words = _words(outcome) if sure else "term not identified: " + _words(outcome).split(" [")[0]
+        rows.append(f"| `{case.name}` | {_meant(case)} | {case.breaks} | {outcome.verdict} | {words[:220]} |")
+    head = [
+        f"Loss gallery: {matched}/{len(correct)} correct losses match their declared objective (designed "
+        f"probe and {max_examples} generated inputs); {caught}/{len(wrong_cases)} wrong ones FAIL "
+        f"`test_loss_objective`, {confirmed} of them with the term a probe confirmed.",
+        "",
+        "| wrong loss | meant | term | verdict | what the suite says |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    return "\n".join(head + rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print the kill tables as markdown")
     parser.add_argument("--trainers", action="store_true", help="only the trainer gallery's table")
+    parser.add_argument(
+        "--objectives", action="store_true", help="only the loss gallery's table (loss_objective)"
+    )
     args = parser.parse_args()
-    print(trainer_table() if args.trainers else kill_table())
+    if args.objectives:
+        print(objective_table())
+    else:
+        print(trainer_table() if args.trainers else kill_table())
 
 
 if __name__ == "__main__":
