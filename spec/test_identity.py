@@ -539,19 +539,20 @@ class _Drawn:
     seed: int
 
 
+#: One strategy for every run: built once (a flatmap would build and validate a new one per draw).
+_DRAWN: st.SearchStrategy[_Drawn] = st.builds(
+    lambda lengths, padding, advantages, seed: _Drawn(
+        tuple(lengths), padding, tuple(round(a, 3) for a in advantages[: len(lengths)]), seed
+    ),
+    st.lists(st.integers(1, _LONGEST), min_size=1, max_size=_ROWS),
+    st.integers(0, _PADDING),
+    st.lists(st.floats(-3, 3, allow_nan=False), min_size=_ROWS, max_size=_ROWS),
+    st.integers(0, 2**32 - 1),
+)
+
+
 def _drawn(ctx: Context, p: Any) -> st.SearchStrategy[_Drawn]:
-    n = st.integers(1, _ROWS)
-    return n.flatmap(
-        lambda rows: st.builds(
-            _Drawn,
-            st.lists(st.integers(1, _LONGEST), min_size=rows, max_size=rows).map(tuple),
-            st.integers(0, _PADDING),
-            st.lists(
-                st.floats(-3, 3, allow_nan=False).map(lambda a: round(a, 3)), min_size=rows, max_size=rows
-            ).map(tuple),
-            st.integers(0, 2**32 - 1),
-        )
-    )
+    return _DRAWN
 
 
 def _margin(ctx: Context) -> float:
