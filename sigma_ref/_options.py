@@ -240,33 +240,33 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "dual-clip",
-        "--objective ppo: dual clip c > 1 (verl clip_ratio_c): the loss of A < 0 tokens capped at -c A",
+        "for a PPO objective: dual clip c > 1 (verl clip_ratio_c): the loss of A < 0 tokens capped at -c A",
         metavar="C",
         type=dual_clip_bound,
         show=repr,
     ),
     Option(
         "kl",
-        "--objective: the KL estimator against the reference policy (k1 = delta, k2 = delta^2/2, "
+        "the objective's KL estimator against the reference policy (k1 = delta, k2 = delta^2/2, "
         "k3 = exp(-delta) - 1 + delta, delta = logp - ref_logp); needs --kl-coef",
         choices=KL_ESTIMATORS,
     ),
     Option(
         "kl-coef",
-        "--kl: its coefficient beta (TRL beta, verl kl_loss_coef)",
+        "the KL term's coefficient beta (TRL beta, verl kl_loss_coef)",
         metavar="BETA",
         type=positive,
         show=repr,
     ),
     Option(
         "kl-placement",
-        "--kl: in the loss (a term of the loss, default; the loss takes ref_logp=) or in the reward "
+        "where the KL term is: in the loss (default; the loss takes ref_logp=) or in the reward "
         "(already inside the advantages: no term of the loss)",
         choices=KL_PLACEMENTS,
     ),
     Option(
         "tis-cap",
-        "--objective: rollout-vs-training importance weights rho = pi_old / pi_rollout with cap C "
+        "the objective's rollout-vs-training importance weights rho = pi_old / pi_rollout with cap C "
         "(the loss takes rollout_logp=)",
         metavar="C",
         type=positive,
@@ -274,12 +274,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "tis-level",
-        "--tis-cap: one weight per token (default) or per sequence (prod_t rho_t)",
+        "the importance weights: one per token (default) or per sequence (prod_t rho_t)",
         choices=TIS_LEVELS,
     ),
     Option(
         "tis-mode",
-        "--tis-cap: truncate (min(rho, C), TIS; default) or mask (rho if rho <= C else 0, MIS)",
+        "how the cap acts: truncate (min(rho, C), TIS; default) or mask (rho if rho <= C else 0, MIS)",
         choices=TIS_MODES,
     ),
     # level 5
