@@ -23,7 +23,8 @@
 #   `A < 0`: `r >= 1-el`), else 0;
 # * dual clip `c > 1` (A < 0 only), `ell = -max(min(...), c A)`: also 0 where `r > c`;
 # * GSPO, `s_i = exp(mean_t log r_it)`, `ell_it = -min(s_i A, clip(s_i) A)` on every token:
-#   `dL/dlogp_it = -(sum_t' w_it') A s_i / |y_i|`, which is `-w_it A s_i` for row-constant `w`;
+#   `dL/dlogp_it = -(sum_t' w_it') A s_i / |y_i|`, which is `-w_it A s_i` for row-constant `w`,
+#   where `s_i` is inside the clip for A's sign, and 0 on the whole row where it is clipped;
 # * CISPO, `ell = -sg(clip(r, lo, hi)) A logp`: `-w clip(r, lo, hi) A` (never 0);
 # * rollout importance weights `rho` (TIS/MIS), `rho * ell`: `rho` times the above;
 # * KL in the loss, `beta k(logp - ref)`: `beta w k'`, with k1: 1, k2: `delta`, k3: `1 - exp(-delta)`;
@@ -183,6 +184,54 @@ for mode, sub in weights.items():
     got = [g[0, 0].item(), g[0, 1].item(), g[0, 2].item(), g[1, 0].item()]
     assert all(math.isclose(a, b, rel_tol=1e-13) for a, b in zip(got, expected, strict=True)), mode
 "GSPO: oracle = sympy for seq-mean-token-mean and token-mean"
+
+# %% [markdown]
+# **The clipped branch.** Outside the clip the sequence surrogate is
+# `f_i = min(s_i A_i, clip(s_i, 1 - el, 1 + eh) A_i)` (TRL: `torch.min(coef_1 * A, torch.clamp(coef_1,
+# ...) * A)`, verl: `torch.maximum(-A s_it, -A torch.clamp(s_it, ...))` on the token form). sympy
+# differentiates both, `Min`/`Max` as written, with `el = 1/5`, `eh = 7/25`, at sequence ratios
+# `s_1 = q` on every side of the clip (three equal log-ratios `log q`, so `s_1 = q` exactly) and both
+# signs of `A_1`. The statement: `dL/dlogp_1t = -w_1 A_1 s_1` where the clip is inactive for A's sign
+# (`A > 0`: `s <= 1 + eh`; `A < 0`: `s >= 1 - el`) and **0** where it is active, for every token of
+# the row at once (the whole sequence leaves the update); PPO's pessimistic min keeps the unclipped
+# branch on the other side (`A > 0` below `1 - el`, `A < 0` above `1 + eh`).
+
+# %%
+g_lo, g_hi = 1 - sp.Rational(1, 5), 1 + sp.Rational(7, 25)
+
+
+def seq_surrogate(ratio, a):
+    return sp.Min(ratio * a, sp.Max(sp.Min(ratio, g_hi), g_lo) * a)
+
+
+trl_clipped = -(3 * w1 * seq_surrogate(s1, A1) + w2 * seq_surrogate(s2, A2))
+verl_clipped = -sum(
+    w1 * seq_surrogate(S1 * sp.exp(L1[t] - Sg[t]), A1) for t in range(3)
+) - w2 * seq_surrogate(s2, A2)
+second = {l2: 0, o2: 0, A2: 1}  # the other sequence: ratio 1, inside
+clipped_table = []
+for a in (sp.Rational(3, 2), sp.Integer(-1)):
+    for q in (sp.Rational(1, 2), sp.Rational(9, 10), sp.Rational(6, 5), sp.Rational(3, 2), sp.Integer(3)):
+        at = {**{L1[t]: sp.log(q) for t in range(3)}, **{O1[t]: 0 for t in range(3)}, A1: a, **second}
+        inside = q <= g_hi if a > 0 else q >= g_lo
+        want = -w1 * a * q if inside else 0
+        for t in range(3):
+            d_trl = sp.diff(trl_clipped, L1[t]).subs(at)
+            d_verl = sp.diff(verl_clipped, L1[t]).subs({S1: s1, **{Sg[u]: L1[u] for u in range(3)}}).subs(at)
+            assert sp.simplify(d_trl.rewrite(sp.Piecewise) - want) == 0, (a, q, d_trl)
+            assert sp.simplify(d_verl.rewrite(sp.Piecewise) - want) == 0, (a, q, d_verl)
+        clipped_table.append((a, q, "clip inactive" if inside else "clipped: 0", want))
+        obj = O.Objective("gspo", eps_low=0.2, eps_high=0.28, aggregation="seq-mean-token-mean")
+        g = O.loss_gradient(
+            obj,
+            torch.tensor([[math.log(q)] * 3, [0.0, 0.0, 0.0]], dtype=torch.float64),
+            torch.zeros(2, 3, dtype=torch.float64),
+            torch.tensor([float(a), 1.0], dtype=torch.float64),
+            mask,
+        )
+        oracle_want = float(want.subs({w1: sp.Rational(1, 6)})) if inside else 0.0  # w_1t = 1/(N_seq |y_1|)
+        assert all(math.isclose(g[0, t].item(), oracle_want, rel_tol=1e-14, abs_tol=0) for t in range(3))
+clipped_table
 
 # %% [markdown]
 # ## 3. CISPO

@@ -25,10 +25,18 @@ __all__ = [
     "LOSS_SCALES",
     "RETURNS",
     "KEEP_METRICS",
+    "OBJECTIVES",
+    "KL_ESTIMATORS",
+    "KL_PLACEMENTS",
+    "TIS_LEVELS",
+    "TIS_MODES",
+    "OBJECTIVE_OPTIONS",
     "Option",
     "OPTIONS",
     "seconds",
     "counts",
+    "positive",
+    "dual_clip_bound",
     "add_to_pytest",
     "add_to_argparse",
     "pytest_argv",
@@ -43,6 +51,23 @@ LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
 RETURNS: tuple[str, ...] = ("advantages",)
 #: A keep-mask filter's metric (``Adapter.keep_metric``): k counted on the accuracy or the reward.
 KEEP_METRICS: tuple[str, ...] = ("accuracy", "reward")
+#: ``--objective`` and its terms (``sigma_ref.objectives.Objective``'s fields).
+OBJECTIVES: tuple[str, ...] = ("ppo", "gspo", "cispo")
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+KL_PLACEMENTS: tuple[str, ...] = ("loss", "reward")
+TIS_LEVELS: tuple[str, ...] = ("token", "sequence")
+TIS_MODES: tuple[str, ...] = ("truncate", "mask")
+#: The options that declare the objective, as ``build_context`` takes them (``dest`` without prefix).
+OBJECTIVE_OPTIONS: tuple[str, ...] = (
+    "objective",
+    "dual-clip",
+    "kl",
+    "kl-coef",
+    "kl-placement",
+    "tis-cap",
+    "tis-level",
+    "tis-mode",
+)
 
 
 def seconds(text: str) -> float:
@@ -75,17 +100,32 @@ def counts(text: str) -> tuple[int, ...]:
     return values
 
 
-def _positive_float(text: str) -> float:
-    """Parse a positive finite number (argparse ``type=``), e.g. a normaliser constant."""
+def _number(text: str, *, what: str, above: float, fix: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not (0 < value < float("inf")):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a positive number (e.g. 1024, max_completion_length)"
-        )
+        value = float("nan")
+    if not (value > above and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what} > {above:g} ({fix})")
     return value
+
+
+def positive(text: str) -> float:
+    """Parse a finite number > 0 (``--tis-cap``, ``--kl-coef``).
+
+    >>> positive("2")
+    2.0
+    """
+    return _number(text, what="a finite number", above=0, fix="e.g. 2.0, or 1024 for a max_completion_length")
+
+
+def dual_clip_bound(text: str) -> float:
+    """Parse dual-clip PPO's ``c`` (``--dual-clip``): a finite number > 1.
+
+    >>> dual_clip_bound("3")
+    3.0
+    """
+    return _number(text, what="a finite number", above=1, fix="verl's clip_ratio_c, e.g. 3.0")
 
 
 def _positive_int(text: str) -> int:
@@ -188,7 +228,7 @@ OPTIONS: tuple[Option, ...] = (
         "the constant C of seq-mean-token-sum-norm (e.g. TRL's max_completion_length; default: the "
         "padded length T)",
         metavar="C",
-        type=_positive_float,
+        type=positive,
         show=repr,
     ),
     Option(
@@ -214,6 +254,59 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         type=seconds,
         show=repr,
+    ),
+    # the declared objective of the loss at ratios != 1 (sigma_ref.objectives.Objective), checked by
+    # loss_objective; with --clip and --aggregation
+    Option(
+        "objective",
+        "the loss's objective at ratios != 1: ppo (token ratio, clipped), gspo (sequence ratio "
+        "exp(mean_t log r), clipped per sequence) or cispo (stop-gradient clipped ratio times log pi); "
+        "needs --clip and --aggregation",
+        choices=OBJECTIVES,
+    ),
+    Option(
+        "dual-clip",
+        "for a PPO objective: dual clip c > 1 (verl clip_ratio_c): the loss of A < 0 tokens capped at -c A",
+        metavar="C",
+        type=dual_clip_bound,
+        show=repr,
+    ),
+    Option(
+        "kl",
+        "the objective's KL estimator against the reference policy (k1 = delta, k2 = delta^2/2, "
+        "k3 = exp(-delta) - 1 + delta, delta = logp - ref_logp); needs --kl-coef",
+        choices=KL_ESTIMATORS,
+    ),
+    Option(
+        "kl-coef",
+        "the KL term's coefficient beta (TRL beta, verl kl_loss_coef)",
+        metavar="BETA",
+        type=positive,
+        show=repr,
+    ),
+    Option(
+        "kl-placement",
+        "where the KL term is: in the loss (default; the loss takes ref_logp=) or in the reward "
+        "(already inside the advantages: no term of the loss)",
+        choices=KL_PLACEMENTS,
+    ),
+    Option(
+        "tis-cap",
+        "the objective's rollout-vs-training importance weights rho = pi_old / pi_rollout with cap C "
+        "(the loss takes rollout_logp=)",
+        metavar="C",
+        type=positive,
+        show=repr,
+    ),
+    Option(
+        "tis-level",
+        "the importance weights: one per token (default) or per sequence (prod_t rho_t)",
+        choices=TIS_LEVELS,
+    ),
+    Option(
+        "tis-mode",
+        "how the cap acts: truncate (min(rho, C), TIS; default) or mask (rho if rho <= C else 0, MIS)",
+        choices=TIS_MODES,
     ),
     # level 5
     Option(

@@ -426,6 +426,7 @@ def loss_gradient_terms(
     *,
     ref_logp: Any = None,
     rollout_logp: Any = None,
+    rho: Any = None,
 ) -> dict[str, torch.Tensor]:
     """``dL/dlogp_it [N, T]`` by term, ``{"policy": ..., "kl": ...}``; the sum is :func:`loss_gradient`.
 
@@ -446,7 +447,9 @@ def loss_gradient_terms(
     * KL in the loss adds ``kl_coef * w * dk/dlogp`` (:func:`kl_estimate`); in the reward it
       adds nothing here (it is inside ``advantages``).
 
-    ``advantages``: ``[N]`` (one per response) or ``[N, T]`` (token-level). Unclamped: verl also
+    ``advantages``: ``[N]`` (one per response) or ``[N, T]`` (token-level). ``rho``: ``[N, T]``
+    importance weights used as given instead of ``tis_cap``'s (constants: e.g. the weights a
+    wrong implementation computes, to say what its gradient is). Unclamped: verl also
     clamps log-ratios to ``[-20, 20]`` (GSPO's to ``<= 10``) and k3 to ``[-10, 10]``, where its
     gradient is 0; inputs inside those ranges agree.
 
@@ -473,7 +476,11 @@ def loss_gradient_terms(
         if not bool(torch.isfinite(x[m.bool()]).all()):
             raise ValueError(f"{name} contains a NaN or infinity on an unmasked token; pass finite values")
     w = aggregation_weights(m, objective.aggregation, constant=objective.constant)
-    if objective.tis_cap is None:
+    if rho is not None:
+        rho = _tokens(rho, "rho", shape) * m
+        if not bool(torch.isfinite(rho).all()) or bool((rho < 0).any()):
+            raise ValueError("rho contains a negative, NaN or infinite weight; pass finite weights >= 0")
+    elif objective.tis_cap is None:
         rho = m
     else:
         if rollout_logp is None:
@@ -521,6 +528,7 @@ def loss_gradient(
     *,
     ref_logp: Any = None,
     rollout_logp: Any = None,
+    rho: Any = None,
 ) -> torch.Tensor:
     """``dL/dlogp_it [N, T]``: the gradient of the declared loss in each token's log-probability.
 
@@ -536,6 +544,6 @@ def loss_gradient(
     tensor([[-0.5500, -0.0000]], dtype=torch.float64)
     """
     terms = loss_gradient_terms(
-        objective, logp, old_logp, advantages, mask, ref_logp=ref_logp, rollout_logp=rollout_logp
+        objective, logp, old_logp, advantages, mask, ref_logp=ref_logp, rollout_logp=rollout_logp, rho=rho
     )
     return terms["policy"] + terms["kl"]

@@ -40,6 +40,11 @@ the prefix ``--sigma-ref-``, as hypothesis' options share ``--hypothesis-``):
   detected);
 * ``--sigma-ref-timeout SECONDS``: the limit on each call of the implementation (default
   10; 0: none); a call that does not return in time fails its property.
+* ``--sigma-ref-objective ppo|gspo|cispo`` (with ``--sigma-ref-clip`` and
+  ``--sigma-ref-aggregation``), ``--sigma-ref-dual-clip C``, ``--sigma-ref-kl k1|k2|k3``
+  ``--sigma-ref-kl-coef BETA`` ``--sigma-ref-kl-placement loss|reward``, ``--sigma-ref-tis-cap C``
+  ``--sigma-ref-tis-level token|sequence`` ``--sigma-ref-tis-mode truncate|mask``: the loss's
+  objective at ratios != 1 (``sigma_ref.objectives.Objective``), checked by ``loss_objective``.
 
 ``sigma-ref check`` runs this suite in a child process and reads its progress from the
 hidden ``--sigma-ref-progress PATH`` (one JSON object a line), so that an implementation
@@ -239,6 +244,16 @@ def _state(config: pytest.Config) -> _State:
     return state
 
 
+def _objective_options(config: pytest.Config) -> dict[str, Any]:
+    """``--sigma-ref-objective`` and its terms as ``build_context``'s keyword arguments."""
+    from sigma_ref._options import OBJECTIVE_OPTIONS
+
+    return {
+        name.replace("-", "_"): config.getoption("sigma_ref_" + name.replace("-", "_"), None)
+        for name in OBJECTIVE_OPTIONS
+    }
+
+
 def conformance_context(config: pytest.Config) -> Any:
     """The run's conformance context, built once from the options (UsageError if they are wrong)."""
     state = _state(config)
@@ -265,6 +280,7 @@ def conformance_context(config: pytest.Config) -> Any:
                 aggregation_constant=config.getoption("sigma_ref_aggregation_constant", None),
                 returns=config.getoption("sigma_ref_returns", None),
                 keep_metric=config.getoption("sigma_ref_keep_metric", None),
+                **_objective_options(config),
             )
         except (ValueError, TypeError, ImplementationError) as exc:
             # the implementation's own failure (its import raised, a probe ended the process's

@@ -13,6 +13,7 @@ ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -32,16 +33,19 @@ from sigma_ref.conformance.core import (
 )
 from sigma_ref.conformance.inputs import (
     BINARY,
+    LOSS_EXTRAS,
     POLICY_T,
     WITH_SILENT,
     Policy,
     batches,
     call_loss,
     groups_of,
+    keyword_inputs,
     needs_loss,
+    needs_policy_loss,
     seeded,
 )
-from sigma_ref.conformance.precision import PRECISIONS, SAFETY, unit_roundoff
+from sigma_ref.conformance.precision import COUNT_EPS_RTOL, PRECISIONS, SAFETY, unit_roundoff
 from sigma_ref.conformance.reference import as_numpy
 from sigma_ref.identity import decompose, policy_gradient
 from sigma_ref.objectives import (
@@ -49,6 +53,7 @@ from sigma_ref.objectives import (
     Objective,
     aggregation_weights,
     detect_aggregation,
+    importance_weights,
     loss_gradient,
     loss_gradient_terms,
     resolve_aggregation,
@@ -129,7 +134,7 @@ def _loss_unit(ctx: Context, pol: Policy, batch: Batch) -> float:
     level="identity",
     examples=lambda ctx, p: [(BINARY[0], 0), (WITH_SILENT[0], 1)],
     strategy=lambda ctx, p: seeded(batches(ctx, binary=True, max_groups=3, max_size=5)),
-    applies=needs_loss,
+    applies=needs_policy_loss,
     cost=3,
 )
 def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
@@ -199,7 +204,7 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
     level="identity",
     examples=lambda ctx, p: [(BINARY[0], 0)],
     strategy=lambda ctx, p: seeded(batches(ctx, binary=True, max_groups=3, max_size=5)),
-    applies=needs_loss,
+    applies=needs_policy_loss,
     cost=3,
 )
 def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
@@ -269,7 +274,7 @@ def _agg_policy(n: int, seed: int) -> Policy:
 @conformance_property(
     level="identity",
     examples=lambda ctx, p: [(BINARY[0], 0)],
-    applies=needs_loss,
+    applies=needs_policy_loss,
 )
 def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """The per-token weights w_it = -dL/dlogp_it / A_i at ratio 1 are a known aggregation (token-mean,
@@ -414,7 +419,7 @@ def _bound(active: torch.Tensor, r: torch.Tensor, upper: bool) -> float | None:
 @conformance_property(
     level="identity",
     examples=lambda ctx, p: [None],
-    applies=needs_loss,
+    applies=needs_policy_loss,
 )
 def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
     """At ratios r != 1 the loss gradient is the clipped surrogate's: dL/dlogp_it = -w_it A_i r_it
@@ -554,9 +559,126 @@ def _objective_probe() -> dict[str, torch.Tensor]:
     }
 
 
-def _objective_alternatives(obj: Objective) -> list[tuple[str, Objective, float]]:
-    """``(what the code computes instead, objective, sign of its KL term)`` for the bugs trainers ship."""
-    alt: list[tuple[str, Objective, float]] = []
+#: Generated inputs of :func:`test_loss_objective`: up to 6 responses of lengths 1 to 8 (and up to 2
+#: padding columns), token (GSPO: sequence) ratios from 0.25 to 5 in every interval that the clip
+#: range and a dual clip cut, rollout weights (token or sequence) from 0.3 to 3.5 on both sides of
+#: the cap, a reference policy off by up to 1.5 nat.
+_ROWS, _LONGEST, _PADDING = 6, 8, 2
+_RATIOS_DRAWN = (0.25, 5.0)
+_WEIGHTS_DRAWN = (0.3, 3.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Drawn:
+    """One generated input of :func:`test_loss_objective`: its structure (lengths, padding columns,
+    advantages) and the seed of its log-probabilities (:func:`_generated`), which hypothesis shrinks."""
+
+    lengths: tuple[int, ...]
+    padding: int
+    advantages: tuple[float, ...]
+    seed: int
+
+
+#: One strategy for every run: built once (a flatmap would build and validate a new one per draw).
+_DRAWN: st.SearchStrategy[_Drawn] = st.builds(
+    lambda lengths, padding, advantages, seed: _Drawn(
+        tuple(lengths), padding, tuple(round(a, 3) for a in advantages[: len(lengths)]), seed
+    ),
+    st.lists(st.integers(1, _LONGEST), min_size=1, max_size=_ROWS),
+    st.integers(0, _PADDING),
+    st.lists(st.floats(-3, 3, allow_nan=False), min_size=_ROWS, max_size=_ROWS),
+    st.integers(0, 2**32 - 1),
+)
+
+
+def _drawn(ctx: Context, p: Any) -> st.SearchStrategy[_Drawn]:
+    return _DRAWN
+
+
+def _margin(ctx: Context) -> float:
+    """How far (in log-ratio) a generated ratio, sequence ratio or weight stays from a clip bound or the
+    cap: four times the rounding bound at float32 (or the coarser working precision) for the largest
+    generated input, so that no rounding moves it across (where the gradient jumps)."""
+    u = max(unit_roundoff(ctx.precision), PRECISIONS["float32"])
+    kappa = 1.0 + _LONGEST * (5.5 + 4.0 + 7.0 + 5.5)  # |logp|, |old|, |ref|, |rollout| drawn below
+    rounding = SAFETY * (2 + math.log2(_ROWS * (_LONGEST + _PADDING))) * u * kappa
+    return min(0.05, 4 * (rounding + COUNT_EPS_RTOL))
+
+
+def _cut_points(obj: Objective) -> list[float]:
+    """Where the declared objective's gradient jumps, as log-ratios: the clip bounds and a dual clip."""
+    lo, hi = obj.clip_range
+    points = [hi, *([lo] if lo > 0 else []), *([obj.dual_clip] if obj.dual_clip else [])]
+    return [math.log(b) for b in points if math.isfinite(b)]
+
+
+def _uniform_in_regions(
+    gen: torch.Generator, cuts: list[float], low: float, high: float, margin: float, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """Values in ``[low, high]``, each in one of the intervals ``cuts`` make (chosen uniformly, so every
+    side of every cut is drawn), at least ``margin`` from every cut."""
+    edges = sorted({low, high, *(c for c in cuts if low + 2 * margin < c < high - 2 * margin)})
+    regions = [(a + margin, b - margin) for a, b in itertools.pairwise(edges) if b - a > 2 * margin]
+    starts = torch.tensor([a for a, _ in regions], dtype=torch.float64)
+    widths = torch.tensor([b - a for a, b in regions], dtype=torch.float64)
+    pick = torch.randint(len(regions), shape, generator=gen)
+    return starts[pick] + widths[pick] * torch.rand(shape, generator=gen, dtype=torch.float64)
+
+
+def _spread(gen: torch.Generator, total: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Per-token values whose sum over each row's tokens is ``total`` (``[N, 1]``), jittered by +-scale."""
+    jitter = (2 * torch.rand(mask.shape, generator=gen, dtype=torch.float64) - 1) * scale * mask
+    length = mask.sum(-1, keepdim=True)
+    jitter = (jitter - jitter.sum(-1, keepdim=True) / length) * mask
+    return total / length + jitter
+
+
+def _generated(obj: Objective, drawn: _Drawn, margin: float) -> dict[str, torch.Tensor]:
+    """The tensors of a generated input (in the ranges of :data:`_ROWS` and below): deterministic in
+    ``drawn``; the ratios the clip sees and the weights the cap sees are kept ``margin`` off both."""
+    gen = torch.Generator().manual_seed(drawn.seed)
+    n, t = len(drawn.lengths), max(drawn.lengths) + drawn.padding
+    lengths = torch.tensor(drawn.lengths)
+    mask = (torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    low, high = (math.log(v) for v in _RATIOS_DRAWN)
+    if obj.kind == "gspo":  # the sequence ratio exp(mean_t log r) is what the clip sees
+        seq = _uniform_in_regions(gen, _cut_points(obj), low, high, margin, (n, 1))
+        log_ratio = _spread(gen, seq * lengths.unsqueeze(1), mask, 0.4)
+    else:
+        log_ratio = _uniform_in_regions(gen, _cut_points(obj), low, high, margin, (n, t))
+    old = -1.7 - 2.3 * torch.rand(n, t, generator=gen, dtype=torch.float64)
+    logp = old + log_ratio
+    cap = [] if obj.tis_cap is None else [math.log(obj.tis_cap)]
+    w_low, w_high = (math.log(v) for v in _WEIGHTS_DRAWN)
+    if obj.tis_level == "sequence" and obj.tis_cap is not None:  # prod_t rho is what the cap sees
+        log_rho = _spread(gen, _uniform_in_regions(gen, cap, w_low, w_high, margin, (n, 1)), mask, 0.3)
+    else:
+        log_rho = _uniform_in_regions(gen, cap, w_low, w_high, margin, (n, t))
+    delta = 3 * torch.rand(n, t, generator=gen, dtype=torch.float64) - 1.5
+    return {
+        "logp": logp,
+        "old_logp": old,
+        "rollout_logp": old - log_rho,
+        "ref_logp": torch.clamp(logp - delta, max=-0.01),  # a log-probability
+        "advantages": torch.tensor(drawn.advantages, dtype=torch.float64),
+        "mask": mask,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Alternative:
+    """What the code may compute instead of the declared objective: ``objective``, with its KL term's
+    sign ``kl_sign`` and, where given, importance weights ``rho`` of the code's own making."""
+
+    what: str
+    objective: Objective
+    kl_sign: float = 1.0
+    rho: torch.Tensor | None = None
+
+
+def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[_Alternative]:
+    """The bugs trainers ship, each as what the code computes instead (on the input ``x``)."""
+    alt: list[_Alternative] = []
 
     def rep(o: Objective, **changes: Any) -> Objective:
         try:
@@ -566,9 +688,13 @@ def _objective_alternatives(obj: Objective) -> list[tuple[str, Objective, float]
 
     if obj.kl is not None and obj.kl_coef != 0:
         if obj.kl_placement == "loss":
-            alt.append(("the KL term's gradient has the wrong sign (the KL is maximised)", obj, -1.0))
             alt.append(
-                ("the KL term has no gradient (missing or detached)", rep(obj, kl=None, kl_coef=0.0), 1.0)
+                _Alternative("the KL term's gradient has the wrong sign (the KL is maximised)", obj, -1.0)
+            )
+            alt.append(
+                _Alternative(
+                    "the KL term has no gradient (missing or detached)", rep(obj, kl=None, kl_coef=0.0)
+                )
             )
         for est in ("k1", "k2", "k3"):
             if est != obj.kl or obj.kl_placement == "reward":
@@ -578,10 +704,8 @@ def _objective_alternatives(obj: Objective) -> list[tuple[str, Objective, float]
                     else "in the loss, though it was declared in the reward"
                 )
                 alt.append(
-                    (
-                        f"the KL term is the {est} estimator {where}",
-                        rep(obj, kl=est, kl_placement="loss"),
-                        1.0,
+                    _Alternative(
+                        f"the KL term is the {est} estimator {where}", rep(obj, kl=est, kl_placement="loss")
                     )
                 )
     for mode in AGGREGATION_MODES:
@@ -592,114 +716,102 @@ def _objective_alternatives(obj: Objective) -> list[tuple[str, Objective, float]
                     f"the sequence ratio is broadcast over tokens and reduced with {mode}: each sequence is "
                     "weighted by its length"
                 )
-            alt.append((what, rep(obj, aggregation=mode, constant=None), 1.0))
+            alt.append(_Alternative(what, rep(obj, aggregation=mode, constant=None)))
     if obj.eps_high is not None and obj.eps_high != obj.eps_low and obj.kind != "cispo":
         alt.append(
-            (
+            _Alternative(
                 "the clip is symmetric at 1 +- eps_low, not [1 - eps_low, 1 + eps_high]",
                 rep(obj, eps_high=obj.eps_low),
-                1.0,
             )
         )
     if obj.kind == "cispo":
         alt.append(
-            (
-                "CISPO clips from below too (a PPO-style [1 - eps_low, 1 + eps_high])",
-                rep(obj, eps_low=0.2),
-                1.0,
+            _Alternative(
+                "CISPO clips from below too (a PPO-style [1 - eps_low, 1 + eps_high])", rep(obj, eps_low=0.2)
             )
         )
         alt.append(
-            (
+            _Alternative(
                 "the ratio is clipped by PPO's surrogate, not CISPO's stop-gradient weight",
                 rep(obj, kind="ppo"),
-                1.0,
             )
         )
     if obj.kind == "ppo":
-        alt.append(("the sequence-level (GSPO) ratio is used", rep(obj, kind="gspo"), 1.0))
+        alt.append(_Alternative("the sequence-level (GSPO) ratio is used", rep(obj, kind="gspo")))
     if obj.kind == "gspo":
-        alt.append(("token-level ratios are used, not the sequence ratio", rep(obj, kind="ppo"), 1.0))
+        alt.append(_Alternative("token-level ratios are used, not the sequence ratio", rep(obj, kind="ppo")))
     if obj.tis_cap is not None:
-        alt.append(("no rollout-vs-training importance correction", rep(obj, tis_cap=None), 1.0))
-        other = "sequence" if obj.tis_level == "token" else "token"
-        alt.append((f"the importance weight is taken per {other}", rep(obj, tis_level=other), 1.0))
+        cap, level, mode = obj.tis_cap, obj.tis_level, obj.tis_mode
+        old, rollout, mask = x["old_logp"], x["rollout_logp"], x["mask"]
+        alt.append(_Alternative("no rollout-vs-training importance correction", rep(obj, tis_cap=None)))
+        other = "sequence" if level == "token" else "token"
+        alt.append(_Alternative(f"the importance weight is taken per {other}", rep(obj, tis_level=other)))
+        flipped = "mask" if mode == "truncate" else "truncate"
+        how = {"mask": "masked (0 above the cap, MIS)", "truncate": "truncated at the cap (TIS)"}
+        alt.append(
+            _Alternative(
+                f"the importance weight is {how[flipped]}, not {how[mode]}", rep(obj, tis_mode=flipped)
+            )
+        )
+        alt.append(
+            _Alternative(
+                "the importance weight is inverted: pi_rollout / pi_old, not pi_old / pi_rollout",
+                obj,
+                rho=importance_weights(rollout, old, mask, cap=cap, level=level, mode=mode),
+            )
+        )
+        if mode == "truncate":
+            raw = importance_weights(old, rollout, mask, cap=math.inf, level=level)
+            alt.append(
+                _Alternative(
+                    f"the cap is applied from below: max(rho, {cap:g}) (clamp(min=C)), not min(rho, {cap:g})",
+                    obj,
+                    rho=torch.clamp(raw, min=cap) * mask,
+                )
+            )
+        if level == "sequence":  # exp(mean_t log rho) = the sequence weight of log-probs divided by |y|
+            length = mask.sum(-1, keepdim=True).clamp(min=1)
+            alt.append(
+                _Alternative(
+                    "the sequence weight is the geometric mean exp(mean_t log rho_t), not the sequence ratio "
+                    "prod_t rho_t = exp(sum_t log rho_t)",
+                    obj,
+                    rho=importance_weights(
+                        old / length, rollout / length, mask, cap=cap, level=level, mode=mode
+                    ),
+                )
+            )
     return alt
 
 
-def _keyword_inputs(fn: Any) -> set[str]:
-    """The parameter names of ``fn`` (all of them if it takes ``**kwargs``)."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return set()
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return {"ref_logp", "rollout_logp"}
-    return {p.name for p in params}
+def _loss_inputs(ctx: Context) -> set[str]:
+    """The extra inputs (ref_logp, rollout_logp) the loss takes."""
+    assert ctx.adapter.loss is not None
+    return keyword_inputs(ctx.adapter.loss) & set(LOSS_EXTRAS)
 
 
-@conformance_property(
-    level="identity",
-    examples=lambda ctx, p: [None],
-    applies=lambda ctx, p: (
-        needs_loss(ctx, p)
-        or (None if ctx.adapter.objective is not None else "no objective declared (Adapter(objective=...))")
-    ),
-)
-def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
-    """With a declared objective (PPO, dual clip, GSPO, CISPO; truncated importance sampling; a k1/k2/k3
-    KL term in the loss or in the reward), dL/dlogp_it equals the oracle's per-token gradient
-    (sigma_ref.objectives.loss_gradient) at ratios inside and outside every clip range; a mismatch names
-    the term that differs.
-    """
-    obj = ctx.adapter.objective
-    assert obj is not None and ctx.adapter.loss is not None
-    x = _objective_probe()
+def _objective_gradient(
+    ctx: Context, x: dict[str, torch.Tensor], call: str
+) -> tuple[torch.Tensor, torch.dtype]:
+    """``dL/dlogp`` of the loss on ``x`` by autograd, and the loss's dtype."""
+    assert ctx.adapter.loss is not None
     leaf = x["logp"].clone().requires_grad_(True)
-    accepted = _keyword_inputs(ctx.adapter.loss)
-    extra: dict[str, Any] = {k: x[k] for k in ("ref_logp", "rollout_logp") if k in accepted}
-    named = "".join(", " + k for k in extra)
-    call = f"loss(logp, old_logp, advantages, mask{named}) on 6 responses of lengths 1-6"
+    extra: dict[str, Any] = {k: x[k] for k in sorted(_loss_inputs(ctx))}
     out = guarded(ctx.adapter.loss, leaf, x["old_logp"], x["advantages"], x["mask"], what=call, **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]
-    (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
-    g = torch.zeros_like(leaf) if grad is None else grad.detach()
-
-    def predict(o: Objective, kl_sign: float = 1.0) -> torch.Tensor:
-        terms = loss_gradient_terms(
-            o,
-            x["logp"],
-            x["old_logp"],
-            x["advantages"],
-            x["mask"],
-            ref_logp=x["ref_logp"],
-            rollout_logp=x["rollout_logp"],
-        )
-        return terms["policy"] + kl_sign * terms["kl"]
-
-    def close(pred: torch.Tensor) -> bool:
-        scale = float(pred.abs().max()) or 1.0
-        tol = 1e-6 * scale + SAFETY * unit_roundoff(out.dtype) * pred.abs()
-        return bool(((g - pred).abs() <= tol).all())
-
-    pred = predict(obj)
-    if close(pred):
+    if not isinstance(out, torch.Tensor) or out.numel() != 1:
         raise PropertyFailure(
-            Finding(f"objective: {obj} [declared, matches the loss's gradient]"), verdict="NOTE"
+            f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor",
         )
-    cause = next(
-        (
-            what
-            for what, o, sign in _objective_alternatives(obj)
-            if (o != obj or sign < 0) and close(predict(o, sign))
-        ),
-        None,
-    )
-    i, t = (int(v) for v in torch.nonzero((g - pred).abs() == (g - pred).abs().max())[0])
-    terms = loss_gradient_terms(
+    (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
+    return (torch.zeros_like(leaf) if grad is None else grad.detach()), out.dtype
+
+
+def _objective_terms(
+    obj: Objective, x: dict[str, torch.Tensor], rho: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    return loss_gradient_terms(
         obj,
         x["logp"],
         x["old_logp"],
@@ -707,13 +819,194 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
         x["mask"],
         ref_logp=x["ref_logp"],
         rollout_logp=x["rollout_logp"],
+        rho=rho,
     )
+
+
+def _objective_unit(dtype: torch.dtype) -> float:
+    """The unit roundoff a loss is judged at: float32's, or its output dtype's if coarser. Trainers compute
+    log-probs, ratios and KL terms in float32 at best, which a float64 output does not show (OpenRLHF's
+    compute_approx_kl casts the log-probs to float32 inside a float64 loss)."""
+    return max(unit_roundoff(dtype), PRECISIONS["float32"])
+
+
+def _agrees(
+    g: torch.Tensor,
+    obj: Objective,
+    x: dict[str, torch.Tensor],
+    u: float,
+    terms: dict[str, torch.Tensor] | None = None,
+    kl_sign: float = 1.0,
+) -> bool:
+    """``g`` equals ``policy + kl_sign kl`` (``terms``, default: ``obj``'s on ``x``) within the rounding
+    bound at unit roundoff ``u``, ``SAFETY (2 + log2 N T) u kappa``, relative to each token's terms and to
+    the largest of them, plus a count regulariser's :data:`COUNT_EPS_RTOL`. ``kappa = 1 + max_i sum_t
+    mask_it (|logp| + |old_logp| + |ref_logp| + |rollout_logp|)``: a ratio ``exp(a - b)`` errs by a relative
+    ``u (|a| + |b|)``, a sequence ratio or weight by the sum over its row; a KL slope by
+    ``|beta| w (1 + exp(-delta))`` times the error of ``delta``, ``u (|logp| + |ref_logp|)``."""
+    if terms is None:
+        terms = _objective_terms(obj, x)
+    m = x["mask"]
+    size = sum(x[k].abs() for k in ("logp", "old_logp", "ref_logp", "rollout_logp")) * m
+    rounding = SAFETY * (2 + math.log2(m.numel())) * u * (1.0 + float(size.sum(-1).max()))
+    scale = terms["policy"].abs() + terms["kl"].abs()
+    if obj.kl is not None and obj.kl_placement == "loss" and obj.kl_coef != 0:
+        w = aggregation_weights(m, obj.aggregation, constant=obj.constant)
+        scale = scale + abs(obj.kl_coef) * w * (1 + torch.exp(x["ref_logp"] - x["logp"])) * m
+    tol = (rounding + COUNT_EPS_RTOL) * scale + rounding * float(scale.max())
+    pred = terms["policy"] + kl_sign * terms["kl"]
+    return bool(torch.isfinite(g).all()) and bool(((g - pred).abs() <= tol).all())
+
+
+def k3_bias(x: dict[str, torch.Tensor]) -> str:
+    """The fact about a k3 KL term in the loss, with its size on the input ``x`` (proofs/11_objectives §5)."""
+    m = x["mask"].bool()
+    delta = (x["logp"] - x["ref_logp"])[m]
+    slope = 1 - torch.exp(-delta)  # k3's derivative; the reverse KL's unbiased per-token one (k2's) is delta
+    rel = float((slope - delta).norm() / delta.norm().clamp(min=1e-300))
+    return (
+        "k3 in the loss: its expected gradient is the forward KL's, grad KL(pi_ref || pi), not the reverse "
+        "KL's, grad KL(pi || pi_ref), that k3 estimates (proofs/11_objectives.py §5); per token its slope "
+        f"1 - exp(-delta) differs from the reverse-KL estimator's (k2: delta) by {100 * rel:.0f}% here "
+        f"(relative L2, delta = logp - ref_logp in [{float(delta.min()):.2f}, {float(delta.max()):.2f}]; "
+        "about |delta|/2 per token); k2 in the loss, or k1 in the reward, follows the reverse KL"
+    )
+
+
+def _term_probes(
+    ctx: Context, obj: Objective, x: dict[str, torch.Tensor], g: torch.Tensor, u: float, call: str
+) -> str | None:
+    """A confirmed cause from designed variations of ``x``: the importance weight's probes (weight 1;
+    ratio 1 with weight 1/2, where a weight carrying a gradient doubles dL/dlogp) and advantages 0 (only
+    the KL term is left); None when no probe isolates the difference."""
+
+    def gradient(y: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        try:
+            return _objective_gradient(ctx, y, call + " (a probe)")[0]
+        except PropertyFailure:
+            return None
+
+    if obj.tis_cap is not None:
+        one = dict(x, rollout_logp=x["old_logp"])
+        g1 = gradient(one)
+        if g1 is not None and _agrees(g1, obj, one, u):
+            return (
+                "the importance weights differ: with rollout_logp = old_logp (weight 1) the gradient is the "
+                "declared objective's"
+            )
+        half = min(0.5, obj.tis_cap / 2)
+        share = (
+            x["mask"] / x["mask"].sum(-1, keepdim=True).clamp(min=1) if obj.tis_level == "sequence" else 1.0
+        )
+        at_one = dict(x, old_logp=x["logp"], rollout_logp=x["logp"] - math.log(half) * share)
+        g_half = gradient(at_one)
+        terms = _objective_terms(obj, at_one)
+        if g_half is not None and _agrees(
+            g_half, obj, at_one, u, {"policy": 2 * terms["policy"], "kl": terms["kl"]}
+        ):
+            return (
+                f"the importance weight carries a gradient: at ratio 1 with weight {half:g} dL/dlogp is "
+                "twice the declared objective's, as for rho = exp(logp - rollout_logp) not detached "
+                "(compute it from old_logp, or detach it)"
+            )
+    zero = dict(x, advantages=torch.zeros_like(x["advantages"]))
+    g0 = gradient(zero)
+    if g0 is None or not bool(torch.isfinite(g0).all()):
+        return None
+    terms = _objective_terms(obj, x)
+    kl_ok = _agrees(g0, obj, x, u, {"policy": torch.zeros_like(g0), "kl": terms["kl"]})
+    policy_ok = _agrees(g - g0, obj, x, u, {"policy": terms["policy"], "kl": torch.zeros_like(g0)})
+    has_kl = bool(terms["kl"].abs().max() > 0)
+    if kl_ok and not policy_ok and has_kl:
+        return (
+            "the policy term differs; the KL term matches (with advantages 0 the gradient is the declared KL "
+            "term's)"
+        )
+    if policy_ok and not kl_ok:
+        if has_kl:
+            return (
+                "the KL term differs; the policy term matches (the gradient's part that scales with the "
+                "advantages)"
+            )
+        return (
+            f"the loss has a gradient at advantages 0 (max |dL/dlogp| = {float(g0.abs().max()):.3g}) that "
+            "the declared objective, without a KL term in the loss, does not have; the policy term matches"
+        )
+    return None
+
+
+def _designed(ctx: Context, p: Any) -> list[Any]:
+    return ["designed"]
+
+
+def _objective_note(ctx: Context, p: Any) -> None:
+    obj = ctx.adapter.objective
+    text = (
+        f"objective: {obj} [declared, matches the loss's gradient on the designed probe and generated inputs]"
+    )
+    if obj.kl == "k3" and obj.kl_placement == "loss" and obj.kl_coef != 0:
+        text += "; " + k3_bias(_objective_probe())
+    raise PropertyFailure(Finding(text), verdict="NOTE")
+
+
+@conformance_property(
+    level="identity",
+    examples=_designed,
+    strategy=_drawn,
+    applies=lambda ctx, p: (
+        needs_loss(ctx, p)
+        or (None if ctx.adapter.objective is not None else "no objective declared (Adapter(objective=...))")
+    ),
+    conclude=_objective_note,
+)
+def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
+    """With a declared objective (PPO, dual clip, GSPO, CISPO; truncated or masked importance sampling
+    per token or sequence; a k1/k2/k3 KL term in the loss or in the reward), dL/dlogp_it equals the
+    oracle's per-token gradient (sigma_ref.objectives.loss_gradient) on a designed probe and on generated
+    inputs (ratios inside and outside every clip range, sequences of different lengths, rollout and
+    reference log-probs), within the rounding bound of the loss's precision; a mismatch names the term
+    that differs.
+    """
+    obj = ctx.adapter.objective
+    assert obj is not None and ctx.adapter.loss is not None
+    named = "".join(", " + k for k in sorted(_loss_inputs(ctx)))
+    if isinstance(ex, _Drawn):
+        x = _generated(obj, ex, _margin(ctx))
+        where = (
+            f"{len(ex.lengths)} generated responses of lengths {list(ex.lengths)} (T = {x['mask'].shape[1]})"
+        )
+    else:
+        x = _objective_probe()
+        where = "6 responses of lengths 1-6 (the designed probe)"
+    call = f"loss(logp, old_logp, advantages, mask{named}) on {where}"
+    g, dtype = _objective_gradient(ctx, x, call)
+    u = _objective_unit(dtype)
+    if _agrees(g, obj, x, u):
+        return
+    found = next(
+        (
+            a
+            for a in _objective_alternatives(obj, x)
+            if (a.objective != obj or a.kl_sign < 0 or a.rho is not None)
+            and _agrees(g, a.objective, x, u, _objective_terms(a.objective, x, a.rho), a.kl_sign)
+        ),
+        None,
+    )
+    cause = found.what if found is not None else _term_probes(ctx, obj, x, g, u, call)
+    terms = _objective_terms(obj, x)
+    pred = terms["policy"] + terms["kl"]
+    diff = (g - pred).abs().nan_to_num(nan=math.inf)
+    i, t = (int(v) for v in torch.nonzero(diff == diff.max())[0])
+    fact = ""
+    if found is not None and found.objective.kl == "k3" and found.objective.kl_placement == "loss":
+        if not (obj.kl == "k3" and obj.kl_placement == "loss"):
+            fact = "; " + k3_bias(x)
+    ratio = float(torch.exp(x["logp"] - x["old_logp"])[i, t])
     raise PropertyFailure(
         Finding(
             f"dL/dlogp[{i}, {t}] = {float(g[i, t]):.6g}, but should be {float(pred[i, t]):.6g} under the "
             f"declared objective (policy term {float(terms['policy'][i, t]):.6g}, KL term "
-            f"{float(terms['kl'][i, t]):.6g}; ratio {float(torch.exp(x['logp'] - x['old_logp'])[i, t]):.3g}, "
-            f"A = {float(x['advantages'][i]):.3g})",
+            f"{float(terms['kl'][i, t]):.6g}; ratio {ratio:.3g}, A = {float(x['advantages'][i]):.3g})" + fact,
             call,
             cause=cause,
             confirmed=cause is not None,

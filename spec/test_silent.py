@@ -35,7 +35,7 @@ from sigma_ref.conformance.inputs import (
     call_loss,
     call_token,
     groups_of,
-    needs_loss,
+    needs_policy_loss,
     token_only,
     token_repr,
 )
@@ -142,7 +142,7 @@ def test_all_silent_batch(ctx: Context, batch: Batch, p: Any) -> None:
 @conformance_property(
     level="silent",
     examples=lambda ctx, p: [(Batch.grouped([[1.0] * 4, [0.0] * 4]), 0)],
-    applies=needs_loss,
+    applies=needs_policy_loss,
 )
 def test_silent_zero_update(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """Silent groups give a zero update: g = 1{0<k<G} sigma delta_s = 0, finite, through the loss."""

@@ -1,8 +1,8 @@
 """The suite's loss properties (aggregation, clipped surrogate) against the loss gallery.
 
-Every PPO-kind loss of ``tests/gallery/losses.py`` (no KL, no importance sampling: those need
-extra inputs the suite does not pass yet) is checked with its declared aggregation and clip:
-correct ones get no FAIL, wrong ones FAIL the property of the term they break.
+Every PPO-kind loss of ``tests/gallery/losses.py`` without a KL or importance-sampling term is checked
+with its declared aggregation and clip: correct ones get no FAIL, wrong ones FAIL the property of the
+term they break. Every loss is checked by ``loss_objective`` against its declared objective.
 """
 
 from __future__ import annotations
@@ -96,9 +96,10 @@ def test_declared_objective(case: LossCase) -> None:
         name=case.name,
         objective=case.declared,
     )
-    outcome = evaluate("loss_objective", build_context(adapter))
+    outcome = evaluate("loss_objective", build_context(adapter), max_examples=10)
     if case.correct:
         assert outcome.verdict == "NOTE", outcome.message
+        assert ("k3 in the loss" in outcome.message) == (case.declared.kl == "k3"), outcome.message
     else:
         assert outcome.verdict == "FAIL", outcome.message
         if case.name in (
@@ -108,3 +109,28 @@ def test_declared_objective(case: LossCase) -> None:
             "k3_in_loss_for_k1_reward",
         ):
             assert "confirmed" in outcome.message, outcome.message
+        if case.breaks == "tis":  # each importance-weight bug is named by the term, confirmed
+            assert outcome.finding is not None and outcome.finding.confirmed, outcome.message
+            assert case.cause_words in (outcome.finding.cause or ""), outcome.message
+
+
+def test_objective_kill_table_verdicts() -> None:
+    """``python -m tests.gallery --markdown --objectives``: every correct loss matches its objective, every
+    wrong one FAILs loss_objective, and the importance-weight and KL bugs carry their confirmed term."""
+    from .gallery.__main__ import objective_table
+
+    table = objective_table(max_examples=2)
+    n_correct = sum(c.correct for c in LOSSES)
+    n_wrong = len(LOSSES) - n_correct
+    assert table.startswith(f"Loss gallery: {n_correct}/{n_correct} correct losses match"), table
+    assert f"{n_wrong}/{n_wrong} wrong ones FAIL" in table, table
+    rows = {line.split("`")[1]: line.split(" | ") for line in table.splitlines() if line.startswith("| `")}
+    assert set(rows) == {c.name for c in LOSSES if not c.correct}
+    for case in LOSSES:
+        if case.correct:
+            continue
+        verdict, words = rows[case.name][3], rows[case.name][4]
+        assert verdict == "FAIL", rows[case.name]
+        if case.breaks in ("tis", "kl"):
+            assert not words.startswith("term not identified"), rows[case.name]
+            assert case.breaks != "tis" or case.cause_words in words, rows[case.name]

@@ -356,6 +356,26 @@ def test_gspo_gradient_matches_trl_and_verl_forms(mode):
         torch.testing.assert_close(expected, g, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("a", [1.5, -1.0])
+def test_gspo_clipped_branch_matches_proofs_11(a):
+    """proofs/11_objectives §2, the clipped branch: with three equal log-ratios log q (s = q) next to an
+    inside sequence, dL/dlogp_1t = -w A q where the clip is inactive for A's sign and 0 on the whole row
+    where it is active; the oracle, TRL's and verl's forms (autograd) agree on every region."""
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    obj = O.Objective("gspo", eps_low=0.2, eps_high=0.28, aggregation="seq-mean-token-mean")
+    lo, hi = obj.clip_range
+    old, adv = torch.zeros(2, 3, dtype=torch.float64), torch.tensor([a, 1.0], dtype=torch.float64)
+    for q in (0.5, 0.9, 1.2, 1.5, 3.0):
+        logp = torch.tensor([[math.log(q)] * 3, [0.0] * 3], dtype=torch.float64)
+        inside = q <= hi if a > 0 else q >= lo
+        got = O.loss_gradient(obj, logp, old, adv, mask)
+        want = torch.full((3,), -a * q / 6 if inside else 0.0, dtype=torch.float64)  # w = 1/(N_seq |y|)
+        torch.testing.assert_close(got[0], want, rtol=1e-14, atol=0)
+        for form in (_gspo_trl, _gspo_verl):
+            g = _grad(lambda x, form=form: form(x, old, adv, mask, lo, hi, "seq-mean-token-mean"), logp)
+            torch.testing.assert_close(got, g, rtol=1e-12, atol=1e-15)
+
+
 def test_gspo_token_mean_weighs_sequences_by_length():
     """Token-summed: sequence i's objective gets |y_i|/N_tok; seq-mean-token-mean gives 1/N_seq."""
     mask = _mask([1, 4], 4)
@@ -400,6 +420,31 @@ def test_importance_weights_multiply_the_policy_gradient(level, tis_mode, kind):
         g = _grad(lambda x: _gspo_trl(x, old, adv, mask, lo, hi, "seq-mean-token-mean", rho=rho), logp)
     got = O.loss_gradient(obj, logp, old, adv, mask, rollout_logp=rollout)
     torch.testing.assert_close(got, g, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["ppo", "gspo", "cispo"])
+def test_given_importance_weights_are_used_as_they_are(kind):
+    """``rho=`` replaces the declared weights (any constants, e.g. a wrong implementation's): with the
+    declared ones it is the declared objective; with others, autograd of the surrogate times them."""
+    logp, old, adv, mask, _, rollout = _inputs(4, spread=0.8)
+    obj = O.Objective(kind, tis_cap=1.5, aggregation="token-mean")
+    rho = O.importance_weights(old, rollout, mask, cap=1.5)
+    torch.testing.assert_close(
+        O.loss_gradient(obj, logp, old, adv, mask, rho=rho),
+        O.loss_gradient(obj, logp, old, adv, mask, rollout_logp=rollout),
+        rtol=0,
+        atol=0,
+    )
+    other = torch.rand(mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 3
+    plain = O.loss_gradient(O.Objective(kind, aggregation="token-mean"), logp, old, adv, mask)
+    if kind != "gspo":  # token objectives: the weight multiplies each token's gradient
+        torch.testing.assert_close(
+            O.loss_gradient(obj, logp, old, adv, mask, rho=other), plain * other * mask
+        )
+    with pytest.raises(ValueError, match=r"rho has shape \(6, 1\) but mask has shape"):
+        O.loss_gradient(obj, logp, old, adv, mask, rho=other[:, :1])
+    with pytest.raises(ValueError, match="rho contains a negative, NaN or infinite weight"):
+        O.loss_gradient(obj, logp, old, adv, mask, rho=-other)
 
 
 def _k(logp, ref, kind):

@@ -4,6 +4,8 @@ and where the gallery says what the wrong code computes, the oracle predicts tha
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -121,7 +123,16 @@ def test_gallery_is_complete():
     declared_modes = {O.resolve_aggregation(c.declared.aggregation) for c in CORRECT}
     assert declared_modes == set(O.AGGREGATION_MODES)
     assert all(c.cause_words and c.source and c.breaks for c in WRONG)
-    assert {c.breaks for c in WRONG} == {"aggregation", "scale-out", "gspo", "cispo", "kl", "clip"}
+    assert {c.breaks for c in WRONG} == {"aggregation", "scale-out", "gspo", "cispo", "kl", "clip", "tis"}
+    # every importance-sampling level and mode, and every KL estimator in the loss, has a correct entry
+    declared = {c.declared for c in CORRECT}
+    assert {(o.tis_level, o.tis_mode) for o in declared if o.tis_cap} >= {
+        ("token", "truncate"),
+        ("token", "mask"),
+        ("sequence", "truncate"),
+    }
+    assert {o.kl for o in declared if o.kl and o.kl_placement == "loss"} == {"k1", "k2", "k3"}
+    assert any(o.kl and o.kl_placement == "reward" for o in declared)
 
 
 KL_CASES = [c for c in WRONG if c.breaks == "kl"]
@@ -145,3 +156,50 @@ def test_kl_bugs_are_in_the_kl_term(case):
     assert bool(rest.abs().max() > 0)
     if case.name == "kl_sign_flipped":
         torch.testing.assert_close(rest, -terms["kl"], rtol=1e-10, atol=1e-14)
+
+
+def _case(name: str) -> LossCase:
+    return next(c for c in LOSSES if c.name == name)
+
+
+def test_importance_weight_bugs_are_the_oracle_with_their_weights():
+    """The wrong TIS entries compute the declared surrogate with the weights of their own making, which
+    the oracle takes as ``rho=``: max(rho, C) (clamp(min=C)) and the sequence's geometric mean."""
+    x = designed_input()
+    mask = x["mask"]
+    raw = O.importance_weights(x["old_logp"], x["rollout_logp"], mask, cap=float("inf"))
+    below = _case("tis_cap_from_below")
+    torch.testing.assert_close(
+        measured_gradient(below, x),
+        O.loss_gradient(
+            below.declared, x["logp"], x["old_logp"], x["advantages"], mask, rho=raw.clamp(min=2.0)
+        ),
+        rtol=1e-10,
+        atol=1e-14,
+    )
+    geo = _case("tis_sequence_geo_mean")
+    length = mask.sum(-1, keepdim=True)
+    mean = torch.exp(((x["old_logp"] - x["rollout_logp"]) * mask).sum(-1, keepdim=True) / length)
+    torch.testing.assert_close(
+        measured_gradient(geo, x),
+        O.loss_gradient(
+            geo.declared,
+            x["logp"],
+            x["old_logp"],
+            x["advantages"],
+            mask,
+            rho=mean.clamp(max=2.0).expand_as(mask),
+        ),
+        rtol=1e-10,
+        atol=1e-14,
+    )
+
+
+def test_a_weight_that_is_not_detached_doubles_the_gradient_at_ratio_one():
+    """At ratio 1 with rollout weight 1/2 the weight exp(logp - rollout_logp) carries d rho/dlogp = rho:
+    d(rho ell)/dlogp = rho ell' + rho ell = 2 rho ell' (ell = -A r, r = 1); the declared TIS has rho ell'."""
+    case = _case("tis_not_detached")
+    x = designed_input()
+    x = dict(x, old_logp=x["logp"], rollout_logp=x["logp"] + math.log(2))
+    want = predicted(case.declared, x)
+    torch.testing.assert_close(measured_gradient(case, x), 2 * want, rtol=1e-10, atol=1e-14)

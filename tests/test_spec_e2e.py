@@ -112,3 +112,52 @@ def test_sigma_ref_check_shows_the_declarations(tmp_path: Path) -> None:
     assert declared + "returns advantages" in run.stdout, run.stdout[-3000:]
     assert "aggregation: seq-mean-token-sum-norm [declared, measured]" in run.stdout
     assert "result: CONFORMANT" in run.stdout
+
+
+def test_sigma_ref_check_with_a_declared_objective(tmp_path: Path) -> None:
+    """``sigma-ref check --objective ppo --clip --aggregation --kl k3 --kl-coef``: TRL's k3 term in the loss
+    (gallery ``kl_k3_loss``, which takes ``ref_logp=``) matches the declared objective at ratios != 1, and
+    the NOTE says that k3 in the loss follows the forward KL's gradient, with its size on the probe."""
+    report = tmp_path / "objective.json"
+    done = _run(
+        [
+            *(
+                str(BIN / "sigma-ref"),
+                "check",
+                "tests.gallery.correct:trl_contiguous",
+                "--layout",
+                "contiguous",
+            ),
+            *("--loss", "tests.gallery.losses:kl_k3_loss", "--aggregation", "token-mean"),
+            *("--objective", "ppo", "--clip", "0.2,0.28", "--kl", "k3", "--kl-coef", "0.04"),
+            *("--report", str(report)),
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "result: CONFORMANT" in done.stdout
+    outcome = {p["test"]: p for p in json.loads(report.read_text())["properties"]}
+    note = outcome["test_loss_objective"]
+    assert note["verdict"] == "NOTE", note
+    assert (
+        "kind='ppo'" in note["message"] and "kl='k3'" in note["message"] and "kl_coef=0.04" in note["message"]
+    )
+    assert "k3 in the loss: its expected gradient is the forward KL's" in note["message"]
+    # the ratio-1 loss properties ran too, with neutral reference log-probs (ref_logp = logp)
+    assert outcome["test_loss_clipped_surrogate"]["verdict"] == "NOTE", outcome["test_loss_clipped_surrogate"]
+    assert outcome["test_loss_is_policy_gradient"]["verdict"] == "pass"
+    bad = _run(
+        [
+            *(
+                str(BIN / "sigma-ref"),
+                "check",
+                "tests.gallery.correct:trl_contiguous",
+                "--layout",
+                "contiguous",
+            ),
+            *("--loss", "tests.gallery.losses:kl_k3_loss", "--objective", "ppo", "--kl", "k3"),
+        ],
+        tmp_path,
+    )
+    assert bad.returncode == 2, bad.stdout[-2000:] + bad.stderr[-2000:]
+    assert "--objective ppo needs --aggregation" in bad.stdout + bad.stderr

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from typing import Any
 
 import pytest
 
 from sigma_ref import strategies
-from sigma_ref.conformance.core import LEVELS, PROPERTIES, SPEC_MODULES, load_properties
+from sigma_ref.conformance.core import (
+    LEVELS,
+    PROPERTIES,
+    SPEC_MODULES,
+    Property,
+    load_properties,
+    run_property,
+)
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -119,3 +127,34 @@ def test_every_spec_citation_resolves() -> None:
     missing = {ref: where for ref, where in cited.items() if ref not in (items if "." in ref else sections)}
     assert missing == {}, f"cited but not in docs/spec.md: {missing}"
     assert bare == [], f"cite docs/spec.md §N instead of SPEC in {bare}"
+
+
+def test_conclude_runs_only_after_every_input_passed() -> None:
+    """A property's ``conclude`` (its NOTE) runs once the designed and generated inputs all passed."""
+    from hypothesis import strategies as st
+
+    from sigma_ref.conformance.core import PropertyFailure
+
+    seen: list[Any] = []
+    from sigma_ref.conformance.session import build_context
+
+    ctx = build_context(None)
+
+    def check(ctx: Any, ex: Any, p: Any) -> None:
+        seen.append(ex)
+        if ex == "bad":
+            raise PropertyFailure("bad input")
+
+    def conclude(ctx: Any, p: Any) -> None:
+        seen.append("concluded")
+
+    prop = Property(
+        "x", "identity", "x", check, lambda c, p: ["designed"], lambda c, p: st.just(1), conclude=conclude
+    )
+    run_property(prop, ctx, max_examples=2)
+    assert seen[0] == "designed" and seen[-1] == "concluded" and 1 in seen
+    seen.clear()
+    failing = Property("y", "identity", "y", check, lambda c, p: ["bad"], conclude=conclude)
+    with pytest.raises(PropertyFailure):
+        run_property(failing, ctx)
+    assert seen == ["bad"]

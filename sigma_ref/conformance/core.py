@@ -245,6 +245,8 @@ class Property:
     params: Callable[[Adapter], Sequence[Any]] = lambda adapter: (None,)
     required: Callable[[Context], bool] = lambda ctx: True
     cost: int = 1  # examples per run = the profile's max_examples // cost
+    #: called once every input passed; raises a NOTE (a fact about a conformant implementation)
+    conclude: Callable[[Context, Any], None] | None = None
 
     @property
     def test_name(self) -> str:
@@ -323,6 +325,7 @@ def conformance_property(
     params: Callable[[Adapter], Sequence[Any]] | None = None,
     required: Callable[[Context], bool] | None = None,
     cost: int = 1,
+    conclude: Callable[[Context, Any], None] | None = None,
 ) -> Callable[[Callable[[Context, Any, Any], None]], Callable[..., None]]:
     """Make ``test_<name>(ctx, example, param)`` a property of ``level`` and its pytest test.
 
@@ -330,7 +333,9 @@ def conformance_property(
     ``strategy(ctx, param)``) and raises :class:`PropertyFailure`; its docstring is the property's
     statement. ``applies(ctx, param)`` gives the reason it does not apply (``None`` if it does);
     ``params(adapter)`` the values it is parametrized over (the ``param`` fixture); ``required(ctx)``
-    whether a FAIL counts as one (else a WARN); ``cost`` divides the examples per run.
+    whether a FAIL counts as one (else a WARN); ``cost`` divides the examples per run;
+    ``conclude(ctx, param)`` runs once every input passed and may raise a NOTE (a property whose
+    designed and generated inputs must all pass before it states a fact).
 
     The returned test takes the ``sigma_ctx``, ``sigma_seed`` (and ``param``) fixtures of
     ``spec/conftest.py`` and runs the property through :func:`evaluate`: a skip when it does not
@@ -342,7 +347,7 @@ def conformance_property(
     def decorate(check: Callable[[Context, Any, Any], None]) -> Callable[..., None]:
         if not check.__name__.startswith("test_") or not check.__doc__:
             raise ValueError(f"{check.__name__}: a property is a documented function named test_<name>")
-        kw: dict[str, Any] = {"cost": cost}
+        kw: dict[str, Any] = {"cost": cost, "conclude": conclude}
         for key, value in (("examples", examples), ("applies", applies), ("params", params)):
             if value is not None:
                 kw[key] = value
@@ -457,7 +462,8 @@ def run_property(
     """Check ``prop`` on its designed inputs, then on hypothesis-generated ones.
 
     Raises :class:`PropertyFailure` on the first (hypothesis: smallest) failing input,
-    :class:`NotApplicable` if the property does not apply. ``max_examples`` overrides
+    :class:`NotApplicable` if the property does not apply; when every input passed, the
+    property's ``conclude`` may raise its NOTE. ``max_examples`` overrides
     the active hypothesis profile; ``shrink=False`` skips shrinking (fast triage);
     ``seed`` fixes hypothesis' random stream (and turns derandomization off).
     """
@@ -469,8 +475,18 @@ def run_property(
     if examples:
         for ex in prop.examples(ctx, param):
             prop.check(ctx, ex, param)
-    if prop.strategy is None or max_examples == 0:
-        return
+    if prop.strategy is not None and max_examples != 0:
+        _run_generated(prop, ctx, param, max_examples=max_examples, shrink=shrink, seed=seed)
+    if prop.conclude is not None:
+        prop.conclude(ctx, param)
+
+
+def _run_generated(
+    prop: Property, ctx: Context, param: Any, *, max_examples: int | None, shrink: bool, seed: int | None
+) -> None:
+    """The hypothesis half of :func:`run_property`: ``prop.strategy``'s inputs, shrunk on failure."""
+    __tracebackhide__ = True
+    assert prop.strategy is not None
     strategy = prop.strategy(ctx, param)
     kw: dict[str, Any] = {
         "deadline": None,  # a verdict never depends on the machine's load

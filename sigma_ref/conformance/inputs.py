@@ -36,7 +36,11 @@ __all__ = [
     "POLICY_T",
     "Policy",
     "call_loss",
+    "LOSS_EXTRAS",
+    "keyword_inputs",
+    "required_extras",
     "needs_loss",
+    "needs_policy_loss",
     "token_only",
     "call_token",
     "token_repr",
@@ -143,7 +147,11 @@ def call_loss(
     assert ctx.adapter.loss is not None
     where = "at ratio 1" if old_logp is None else "at ratio != 1"
     old = logp.detach() if old_logp is None else old_logp
-    out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}")
+    # a loss that requires the reference or rollout log-probs gets neutral ones: ref_logp = logp (a k2
+    # or k3 term has no gradient there) and rollout_logp = old_logp (importance weight 1)
+    neutral = {"ref_logp": logp.detach(), "rollout_logp": old.detach()}
+    extra: dict[str, Any] = {k: neutral[k] for k in sorted(required_extras(ctx.adapter.loss))}
+    out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}", **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]  # (loss, metrics), as many trainers return
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
@@ -153,9 +161,59 @@ def call_loss(
     return out.reshape(())
 
 
+#: The keyword inputs a loss may take beyond ``(logp, old_logp, advantages, mask)``.
+LOSS_EXTRAS: tuple[str, ...] = ("ref_logp", "rollout_logp")
+
+
+def keyword_inputs(fn: Any) -> set[str]:
+    """The parameter names of ``fn`` (:data:`LOSS_EXTRAS` too if it takes ``**kwargs``).
+
+    >>> sorted(keyword_inputs(lambda logp, old_logp, advantages, mask, *, ref_logp: 0))
+    ['advantages', 'logp', 'mask', 'old_logp', 'ref_logp']
+    """
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    names = {p.name for p in params}
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        names |= set(LOSS_EXTRAS)
+    return names
+
+
+def required_extras(fn: Any) -> set[str]:
+    """The :data:`LOSS_EXTRAS` that ``fn`` requires (no default): a loss call must pass them.
+
+    >>> required_extras(lambda logp, old_logp, advantages, mask, *, ref_logp, rollout_logp=None: 0)
+    {'ref_logp'}
+    """
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return set()
+    return {k for k in LOSS_EXTRAS if k in params and params[k].default is inspect.Parameter.empty}
+
+
 def needs_loss(ctx: Context, p: Any) -> str | None:
     """Why a loss property does not apply (no loss given)."""
     return None if ctx.adapter.loss is not None else "no loss given (--loss pkg.module:loss enables it)"
+
+
+def needs_policy_loss(ctx: Context, p: Any) -> str | None:
+    """Why a ratio-1 policy-gradient property does not apply: no loss, or a declared k1 KL term in the
+    loss, whose gradient ``beta w`` is on every token at ratio 1 too (``loss_objective`` checks it)."""
+    obj = ctx.adapter.objective
+    if obj is not None and obj.kl == "k1" and obj.kl_placement == "loss" and obj.kl_coef != 0:
+        return (
+            "the declared objective has a k1 KL term in the loss: its gradient beta w_it is on every "
+            "token at ratio 1 too, so the loss is not a policy gradient there (loss_objective checks "
+            "its gradient)"
+        )
+    return needs_loss(ctx, p)
 
 
 # ---------------------------------------------------------------------------------

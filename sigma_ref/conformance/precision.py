@@ -41,6 +41,7 @@ import torch
 __all__ = [
     "PRECISIONS",
     "SAFETY",
+    "COUNT_EPS_RTOL",
     "unit_roundoff",
     "advantage_tolerance",
     "precision_from_residual",
@@ -56,6 +57,11 @@ PRECISIONS: dict[str, float] = {
 }
 #: ``c`` of the module doc: the safety factor over the first-order rounding bound.
 SAFETY = 8.0
+#: The relative change of a loss weight by a regulariser added to a count, ``1 / (n + eps)`` with
+#: ``n >= 1`` and ``eps <= 1e-6`` (verl and OpenRLHF divide by ``mask.sum(-1) + 1e-8``): not an error
+#: at any working precision. Every aggregation or objective bug the loss properties catch changes a
+#: weight by a relative ``1 / T`` or more.
+COUNT_EPS_RTOL = 1e-6
 _TORCH = {
     "float64": torch.float64,
     "float32": torch.float32,

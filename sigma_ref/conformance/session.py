@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 from typing import Any
 
@@ -18,7 +19,7 @@ from .losses import make_policy_loss
 from .precision import PRECISIONS
 from .reference import REFERENCE_NAMES, reference_for
 
-__all__ = ["build_context", "Outcome", "summary", "report_dict", "recorded_outcome"]
+__all__ = ["build_context", "declare_objective", "Outcome", "summary", "report_dict", "recorded_outcome"]
 
 #: The columns of the summary, in order.
 _COUNTED: tuple[str, ...] = ("pass", "FAIL", "WARN", "NOTE", "skip")
@@ -38,6 +39,14 @@ def build_context(
     aggregation_constant: float | None = None,
     returns: str | None = None,
     keep_metric: str | None = None,
+    objective: str | None = None,
+    dual_clip: float | None = None,
+    kl: str | None = None,
+    kl_coef: float | None = None,
+    kl_placement: str | None = None,
+    tis_cap: float | None = None,
+    tis_level: str | None = None,
+    tis_mode: str | None = None,
 ) -> Context:
     """The context for a run: the adapter, what it should compute, and the detection.
 
@@ -52,8 +61,11 @@ def build_context(
     ``aggregation_constant`` the ``C`` of seq-mean-token-sum-norm. ``returns`` (layout token:
     ``"advantages"``) and ``keep_metric`` (a keep-mask filter's ``"accuracy"`` or ``"reward"``)
     declare the :class:`Adapter` fields of those names. Each given option overrides the
-    adapter's field. A call that does not fit the layout raises :class:`~.adapter.CallMismatch`
-    (a ``ValueError``) before any property runs.
+    adapter's field. ``objective`` (``ppo``, ``gspo``, ``cispo``) with ``dual_clip``, ``kl``,
+    ``kl_coef``, ``kl_placement``, ``tis_cap``, ``tis_level`` and ``tis_mode`` declares the loss's
+    :class:`~sigma_ref.objectives.Objective` (:func:`declare_objective`). A call that does not
+    fit the layout raises :class:`~.adapter.CallMismatch` (a ``ValueError``) before any
+    property runs; a bad combination of options, a ``ValueError`` naming the options and the fix.
     """
     if impl is None:
         adapter: Adapter = oracle_adapter("paper", layout=layout or "index").replace(
@@ -81,7 +93,9 @@ def build_context(
                 "drop --aggregation-constant"
             )
         changes["aggregation_constant"] = aggregation_constant
-    if clip is not None:
+    terms = (dual_clip, kl, kl_coef, kl_placement, tis_cap, tis_level, tis_mode)
+    declaring = objective is not None or any(v is not None for v in terms)
+    if clip is not None and not declaring:  # with an objective, its declaration sets the clip
         changes["clip"] = _clip_range(clip)
     if returns is not None:
         changes["returns"] = returns
@@ -89,6 +103,19 @@ def build_context(
         changes["keep_metric"] = keep_metric
     if changes:
         adapter = adapter.replace(**changes)
+    if declaring:
+        adapter = declare_objective(
+            adapter,
+            objective,
+            clip=clip,
+            dual_clip=dual_clip,
+            kl=kl,
+            kl_coef=kl_coef,
+            kl_placement=kl_placement,
+            tis_cap=tis_cap,
+            tis_level=tis_level,
+            tis_mode=tis_mode,
+        )
     check_call(adapter)  # fail fast: the first probe must fit the layout
     if adapter.layout == "keep-mask":  # a filter: no advantages to detect a convention from
         ref = reference_for("paper" if convention == "auto" else convention)
@@ -103,7 +130,130 @@ def build_context(
     return Context(adapter, detection.reference, detection, None, precision=precision, strict=strict)
 
 
-def _clip_range(clip: str | tuple[float, float]) -> tuple[float, float]:
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def declare_objective(
+    adapter: Adapter,
+    objective: str | None,
+    *,
+    clip: str | tuple[float, float] | None = None,
+    dual_clip: float | None = None,
+    kl: str | None = None,
+    kl_coef: float | None = None,
+    kl_placement: str | None = None,
+    tis_cap: float | None = None,
+    tis_level: str | None = None,
+    tis_mode: str | None = None,
+) -> Adapter:
+    """``adapter`` with the :class:`~sigma_ref.objectives.Objective` the options declare.
+
+    ``objective`` is the kind (``ppo``, ``gspo``, ``cispo``); the clip range is ``clip``
+    (``--clip EPS_LOW[,EPS_HIGH]``; CISPO in TRL's form, no lower bound and an absolute upper
+    one, is ``inf,EPS_MAX-1``); the aggregation and its constant are the adapter's (``--aggregation``).
+    Every option that needs another names it: ``--kl`` needs ``--kl-coef`` (and the reverse),
+    ``--kl-placement`` needs ``--kl``, ``--tis-level``/``--tis-mode`` need ``--tis-cap``, ``--dual-clip``
+    needs ``--objective ppo``; a term in the loss needs the loss to take its input (``ref_logp=``,
+    ``rollout_logp=``). A PPO objective also declares its clip to ``loss_clipped_surrogate``.
+
+    >>> from sigma_ref.conformance.adapter import oracle_adapter
+    >>> a = oracle_adapter("paper").replace(loss=lambda logp, old_logp, advantages, mask: logp.sum())
+    >>> declare_objective(a, "gspo", clip="0.2", kl="k3", kl_coef=0.04)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: --objective gspo needs --aggregation (how the loss reduces its tokens: ...
+    >>> declare_objective(a.replace(aggregation="grpo"), "gspo", clip="0.2", kl="k3", kl_coef=0.04)
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: --kl k3 in the loss needs a loss that takes ref_logp= (the reference policy's log-probs); ...
+    >>> declare_objective(a.replace(aggregation="grpo"), "gspo", clip="0.2").objective.kind
+    'gspo'
+    """
+    from ..objectives import AGGREGATION_MODES, Objective
+    from .inputs import keyword_inputs
+
+    given = {
+        "dual_clip": dual_clip,
+        "kl": kl,
+        "kl_coef": kl_coef,
+        "kl_placement": kl_placement,
+        "tis_cap": tis_cap,
+        "tis_level": tis_level,
+        "tis_mode": tis_mode,
+    }
+    named = [_flag(k) for k, v in given.items() if v is not None]
+    if objective is None:
+        raise ValueError(
+            f"{', '.join(named)} declare a term of the loss's objective; add --objective ppo, gspo or cispo "
+            "(with --clip and --aggregation)"
+        )
+    if adapter.objective is not None:
+        raise ValueError(
+            f"the implementation declares its objective (Adapter(objective={adapter.objective!r})); drop "
+            "--objective and its options, or the Adapter's objective="
+        )
+    if adapter.loss is None:
+        raise ValueError(f"--objective {objective} needs --loss pkg.module:loss (the loss it describes)")
+    if adapter.aggregation is None:
+        raise ValueError(
+            f"--objective {objective} needs --aggregation (how the loss reduces its tokens: "
+            f"{', '.join(AGGREGATION_MODES)}, or a TRL loss_type): the objective's per-token gradient "
+            "depends on it"
+        )
+    if clip is None:
+        raise ValueError(
+            f"--objective {objective} needs --clip EPS_LOW[,EPS_HIGH] (its clip range, e.g. 0.2 or 0.2,0.28)"
+        )
+    eps_low, eps_high = _clip_range(clip, bounded=False)
+    if dual_clip is not None and objective != "ppo":
+        raise ValueError(f"--dual-clip {dual_clip:g} applies to --objective ppo only, not {objective}")
+    if kl is None and (kl_coef is not None or kl_placement is not None):
+        flag = "--kl-coef" if kl_coef is not None else "--kl-placement"
+        raise ValueError(f"{flag} needs --kl k1, k2 or k3 (the estimator)")
+    if kl is not None and kl_coef is None:
+        raise ValueError(f"--kl {kl} needs --kl-coef BETA (its coefficient, e.g. 0.04)")
+    if tis_cap is None and (tis_level is not None or tis_mode is not None):
+        flag = "--tis-level" if tis_level is not None else "--tis-mode"
+        raise ValueError(f"{flag} needs --tis-cap C (the cap of the importance weights, e.g. 2.0)")
+    accepted = keyword_inputs(adapter.loss)
+    placement = kl_placement or "loss"
+    if kl is not None and placement == "loss" and "ref_logp" not in accepted:
+        raise ValueError(
+            f"--kl {kl} in the loss needs a loss that takes ref_logp= (the reference policy's log-probs); "
+            "for a KL already in the rewards, add --kl-placement reward"
+        )
+    if tis_cap is not None and "rollout_logp" not in accepted:
+        raise ValueError(
+            f"--tis-cap {tis_cap:g} needs a loss that takes rollout_logp= (the rollout engine's log-probs)"
+        )
+    try:
+        declared = Objective(
+            objective,  # type: ignore[arg-type]  # checked by Objective
+            eps_low=eps_low,
+            eps_high=eps_high,
+            dual_clip=dual_clip,
+            kl=kl,  # type: ignore[arg-type]
+            kl_coef=kl_coef or 0.0,
+            kl_placement=placement,  # type: ignore[arg-type]
+            tis_cap=tis_cap,
+            tis_level=tis_level or "token",  # type: ignore[arg-type]
+            tis_mode=tis_mode or "truncate",  # type: ignore[arg-type]
+            aggregation=adapter.aggregation,
+            constant=adapter.aggregation_constant,
+        )
+    except ValueError as exc:
+        raise ValueError(f"--objective {objective} --clip {clip}: {exc}") from None
+    adapter = adapter.replace(objective=declared)
+    if objective == "ppo":  # the same clip, read by loss_clipped_surrogate
+        if not (eps_low < 1 and eps_high < 1):
+            raise ValueError(f"--objective ppo --clip {clip}: each of EPS_LOW, EPS_HIGH must be in [0, 1)")
+        adapter = adapter.replace(clip=(eps_low, eps_high), dual_clip=dual_clip)
+    return adapter
+
+
+def _clip_range(clip: str | tuple[float, float], *, bounded: bool = True) -> tuple[float, float]:
     """``"0.2"`` -> ``(0.2, 0.2)``; ``"0.2,0.28"`` -> ``(0.2, 0.28)`` (``--clip EPS_LOW[,EPS_HIGH]``)."""
     if isinstance(clip, tuple):
         return clip
@@ -111,8 +261,10 @@ def _clip_range(clip: str | tuple[float, float]) -> tuple[float, float]:
         parts = [float(x) for x in str(clip).split(",")]
     except ValueError:
         parts = []
-    if len(parts) not in (1, 2):
+    if len(parts) not in (1, 2) or any(math.isnan(x) or x < 0 for x in parts):
         raise ValueError(f"--clip {clip!r} must be EPS_LOW or EPS_LOW,EPS_HIGH, e.g. 0.2 or 0.2,0.28")
+    if bounded and any(math.isinf(x) for x in parts):
+        raise ValueError(f"--clip {clip!r}: an infinite bound needs --objective cispo (TRL's form, inf,EPS)")
     return (parts[0], parts[-1])
 
 

@@ -8,20 +8,24 @@ second table (``--trainers``), and the correct trainer code a count of CONFORMAN
 declared. ``--shapes``: the call shapes of issue 10 (``trainers_token`` and ``shapes``: the token
 layout, the dict and tuple hooks, ``(loss, metrics)`` in every aggregation mode, keep masks), correct
 code run with nothing declared and again with its declarations, wrong code with its intent
-declared, and the aggregation each correct loss is detected as.
+declared, and the aggregation each correct loss is detected as. ``--objectives``: the loss gallery
+(``losses``), each loss under its declared objective, checked by ``loss_objective``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from sigma_ref.conformance.core import Outcome, run_suite
+from sigma_ref.conformance import Adapter
+from sigma_ref.conformance.core import Outcome, evaluate, run_suite
+from sigma_ref.conformance.matrix import describe_objective
 from sigma_ref.conformance.session import build_context
 from sigma_ref.objectives import resolve_aggregation
 
 from . import (
     case_adapter,
     caught_by,
+    losses,
     shapes,
     trainers_correct,
     trainers_token,
@@ -29,6 +33,7 @@ from . import (
     wrong,
     wrong_context,
 )
+from . import correct as correct_gallery
 
 _LAYOUTS = ("contiguous", "index", "grouped")
 
@@ -161,18 +166,62 @@ def shapes_table() -> str:
         "| wrong code | shape | declared | verdict | caught by | what the suite says |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    losses = [c for c in correct if c.loss is not None]
+    loss_cases = [c for c in correct if c.loss is not None]
     agg = [
         "",
         "| correct loss | declared | detected with nothing declared | with the declaration |",
         "| --- | --- | --- | --- |",
     ]
-    for c in losses:
+    for c in loss_cases:
         agg.append(
             f"| `{c.name}` | {_claims(c)} | {_aggregation_note(bare[c.name])} | "
             f"{_aggregation_note(declared[c.name])} |"
         )
     return "\n".join(head + rows + agg)
+
+
+def objective_outcome(case: losses.LossCase, *, max_examples: int = 10) -> Outcome:
+    """``loss_objective`` on a gallery loss under its declared objective (derandomized by seed 0)."""
+    adapter = Adapter(
+        correct_gallery.post_contiguous,
+        "contiguous",
+        loss=case.fn,
+        convention="post",
+        name=case.name,
+        objective=case.declared,
+    )
+    return evaluate("loss_objective", build_context(adapter), max_examples=max_examples, shrink=False, seed=0)
+
+
+def _meant(case: losses.LossCase) -> str:
+    obj = case.declared
+    return f"{describe_objective(obj)}, {resolve_aggregation(obj.aggregation)}"
+
+
+def objective_table(*, max_examples: int = 10) -> str:
+    """The loss gallery: each correct loss matches its declared objective (a NOTE), each wrong one FAILs
+    ``loss_objective``, with the term a probe confirmed where it did."""
+    rows, matched, caught, confirmed = [], 0, 0, 0
+    correct = [c for c in losses.LOSSES if c.correct]
+    for case in correct:
+        matched += objective_outcome(case, max_examples=max_examples).verdict == "NOTE"
+    wrong_cases = [c for c in losses.LOSSES if not c.correct]
+    for case in wrong_cases:
+        outcome = objective_outcome(case, max_examples=max_examples)
+        caught += outcome.verdict == "FAIL"
+        sure = outcome.finding is not None and outcome.finding.confirmed
+        confirmed += outcome.verdict == "FAIL" and sure
+        words = _words(outcome) if sure else "term not identified: " + _words(outcome).split(" [")[0]
+        rows.append(f"| `{case.name}` | {_meant(case)} | {case.breaks} | {outcome.verdict} | {words[:220]} |")
+    head = [
+        f"Loss gallery: {matched}/{len(correct)} correct losses match their declared objective (designed "
+        f"probe and {max_examples} generated inputs); {caught}/{len(wrong_cases)} wrong ones FAIL "
+        f"`test_loss_objective`, {confirmed} of them with the term a probe confirmed.",
+        "",
+        "| wrong loss | meant | term | verdict | what the suite says |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    return "\n".join(head + rows)
 
 
 def main() -> None:
@@ -181,8 +230,16 @@ def main() -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--trainers", action="store_true", help="only the trainer gallery's table")
     which.add_argument("--shapes", action="store_true", help="only the call-shape gallery's tables")
+    which.add_argument(
+        "--objectives", action="store_true", help="only the loss gallery's table (loss_objective)"
+    )
     args = parser.parse_args()
-    print(trainer_table() if args.trainers else shapes_table() if args.shapes else kill_table())
+    if args.objectives:
+        print(objective_table())
+    elif args.shapes:
+        print(shapes_table())
+    else:
+        print(trainer_table() if args.trainers else kill_table())
 
 
 if __name__ == "__main__":

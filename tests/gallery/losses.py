@@ -139,6 +139,35 @@ def kl_k3_loss(logp, old_logp, advantages, mask, *, ref_logp):
     return loss, {"kl": ((kl * mask).sum() / mask.sum()).item()}
 
 
+def kl_k1_loss(logp, old_logp, advantages, mask, *, ref_logp):
+    """verl ``use_kl_loss``, ``kl_loss_type="k1"``: ``pg_loss + kl_loss_coef * agg_loss(logp - ref)``."""
+    kl = logp - ref_logp
+    loss = token_mean(logp, old_logp, advantages, mask) + BETA * (kl * mask).sum() / mask.sum()
+    return loss, {"actor/kl_loss": ((kl * mask).sum() / mask.sum()).item()}
+
+
+def kl_k2_loss(logp, old_logp, advantages, mask, *, ref_logp):
+    """verl ``kl_loss_type="mse"`` (k2): ``0.5 * (logp - ref).square()``, the reverse KL's gradient."""
+    kl = 0.5 * (logp - ref_logp).square()
+    return token_mean(logp, old_logp, advantages, mask) + BETA * (kl * mask).sum() / mask.sum()
+
+
+def mis_token(logp, old_logp, advantages, mask, *, rollout_logp):
+    """TRL ``vllm_importance_sampling_mode="token_mask"`` (MIS, IcePop): weights above the cap set to 0."""
+    rho = torch.exp((old_logp - rollout_logp) * mask)
+    rho = rho.masked_fill(rho > TIS_CAP, 0.0)
+    per_token = _ppo_terms(logp, old_logp, advantages) * rho
+    return (per_token * mask).sum() / mask.sum()
+
+
+def tis_sequence(logp, old_logp, advantages, mask, *, rollout_logp):
+    """TRL ``sequence_truncate``: one weight per sequence, ``exp(sum_t (old - rollout))``, capped at 2."""
+    diff = ((old_logp - rollout_logp) * mask).sum(dim=-1, keepdim=True)
+    rho = torch.clamp(torch.exp(diff), max=TIS_CAP)
+    per_token = _ppo_terms(logp, old_logp, advantages) * rho
+    return (per_token * mask).sum() / mask.sum()
+
+
 def kl_in_reward(logp, old_logp, advantages, mask, *, ref_logp):
     """KL as a reward penalty (already inside ``advantages``): the loss has no KL term; logs it."""
     loss = token_mean(logp, old_logp, advantages, mask)
@@ -207,6 +236,32 @@ def k3_in_loss_for_k1_reward(logp, old_logp, advantages, mask, *, ref_logp):
     return kl_k3_loss(logp, old_logp, advantages, mask, ref_logp=ref_logp)
 
 
+def tis_cap_from_below(logp, old_logp, advantages, mask, *, rollout_logp):
+    """Token TIS meant (``min(rho, C)``); written ``torch.clamp(rho, min=C)``: every weight is >= C."""
+    rho = torch.clamp(torch.exp((old_logp - rollout_logp) * mask), min=TIS_CAP)
+    per_token = _ppo_terms(logp, old_logp, advantages) * rho
+    return (per_token * mask).sum() / mask.sum()
+
+
+def tis_not_detached(logp, old_logp, advantages, mask, *, rollout_logp):
+    """Token TIS meant; the weight is ``min(pi / pi_rollout, C)`` of the *training* log-probs, not
+    detached: equal to ``pi_old / pi_rollout`` on-policy, but it carries a gradient."""
+    rho = torch.clamp(torch.exp((logp - rollout_logp) * mask), max=TIS_CAP)
+    per_token = _ppo_terms(logp, old_logp, advantages) * rho
+    return (per_token * mask).sum() / mask.sum()
+
+
+def tis_sequence_geo_mean(logp, old_logp, advantages, mask, *, rollout_logp):
+    """Sequence TIS meant (``prod_t rho_t``, TRL ``sequence_truncate``); the log-ratios are averaged
+    over the sequence (its geometric mean), as TRL PR 5815 proposed and its maintainers declined."""
+    diff = ((old_logp - rollout_logp) * mask).sum(dim=-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(
+        min=1
+    )
+    rho = torch.clamp(torch.exp(diff), max=TIS_CAP)
+    per_token = _ppo_terms(logp, old_logp, advantages) * rho
+    return (per_token * mask).sum() / mask.sum()
+
+
 def dual_clip_both_signs(logp, old_logp, advantages, mask):
     """Dual clip meant for ``A < 0``; applied to every token, it zeroes every ``A > 0`` gradient."""
     adv = advantages.unsqueeze(1)
@@ -235,7 +290,7 @@ class LossCase:
     fn: Callable
     correct: bool
     declared: Objective
-    breaks: str = ""  # the term: aggregation, clip, gspo, cispo, kl, scale-out
+    breaks: str = ""  # the term: aggregation, clip, gspo, cispo, kl, tis, scale-out
     cause_words: str = ""  # words a failure message should contain
     source: str = ""
     extras: tuple[str, ...] = ()  # keyword inputs: ref_logp, rollout_logp
@@ -303,6 +358,38 @@ LOSSES: list[LossCase] = [
         _ppo(kl="k3", kl_coef=BETA),
         source=f"{_TRL} beta",
         extras=("ref_logp",),
+    ),
+    LossCase(
+        "kl_k1_loss",
+        kl_k1_loss,
+        True,
+        _ppo(kl="k1", kl_coef=BETA),
+        source=f"{_VERL} kl_penalty k1, use_kl_loss",
+        extras=("ref_logp",),
+    ),
+    LossCase(
+        "kl_k2_loss",
+        kl_k2_loss,
+        True,
+        _ppo(kl="k2", kl_coef=BETA),
+        source=f"{_VERL} kl_penalty mse (k2), use_kl_loss",
+        extras=("ref_logp",),
+    ),
+    LossCase(
+        "mis_token",
+        mis_token,
+        True,
+        _ppo(tis_cap=TIS_CAP, tis_mode="mask"),
+        source="TRL 1.16.0 _generate_and_score_completions vllm_importance_sampling_mode=token_mask",
+        extras=("rollout_logp",),
+    ),
+    LossCase(
+        "tis_sequence",
+        tis_sequence,
+        True,
+        _ppo(tis_cap=TIS_CAP, tis_level="sequence"),
+        source="TRL 1.16.0 _generate_and_score_completions vllm_importance_sampling_mode=sequence_truncate",
+        extras=("rollout_logp",),
     ),
     LossCase(
         "kl_in_reward",
@@ -391,6 +478,36 @@ LOSSES: list[LossCase] = [
         "issue 14: KL counted twice, and k3-in-loss is the forward KL's gradient",
         extras=("ref_logp",),
         explained_by=_ppo(kl="k3", kl_coef=BETA),
+    ),
+    LossCase(
+        "tis_cap_from_below",
+        tis_cap_from_below,
+        False,
+        _ppo(tis_cap=TIS_CAP),
+        "tis",
+        "cap is applied from below",
+        "min(rho, C) written as torch.clamp(rho, min=C)",
+        extras=("rollout_logp",),
+    ),
+    LossCase(
+        "tis_not_detached",
+        tis_not_detached,
+        False,
+        _ppo(tis_cap=TIS_CAP),
+        "tis",
+        "importance weight carries a gradient",
+        "weight min(exp(new_logp - rollout_logp), C) from the training log-probs (UniRL issue 94's plan)",
+        extras=("rollout_logp",),
+    ),
+    LossCase(
+        "tis_sequence_geo_mean",
+        tis_sequence_geo_mean,
+        False,
+        _ppo(tis_cap=TIS_CAP, tis_level="sequence"),
+        "tis",
+        "geometric mean",
+        "TRL PR 5815 (declined in issue 5814): mean of the log-ratios, not their sum",
+        extras=("rollout_logp",),
     ),
     LossCase(
         "dual_clip_both_signs",
