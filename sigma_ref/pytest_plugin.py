@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import pytest
@@ -299,6 +300,64 @@ def conformance_context(config: pytest.Config) -> Any:
         elif not settings().derandomize:  # settings() holds the loaded profile's values
             state["seed"] = new_seed()
     return state["context"]
+
+
+_SCALEOUT_KEY = pytest.StashKey[Any]()
+
+
+def scaleout_report(config: pytest.Config) -> Any:
+    """Level 5's report (``spec/test_scaleout.py``): every configuration the options ask for, run
+    once per session in one launch of W processes; the ``ValueError`` or ``TypeError`` of options
+    that do not fit; ``None`` when neither ``--sigma-ref-world-size`` nor
+    ``--sigma-ref-micro-batches`` is given."""
+    W = config.getoption("sigma_ref_world_size", None)
+    M = config.getoption("sigma_ref_micro_batches", None)
+    if W is None and M is None:
+        return None
+    if _SCALEOUT_KEY not in config.stash:
+        from sigma_ref.conformance.scaleout import run_scaleout
+        from sigma_ref.objectives import resolve_aggregation
+
+        impl = config.getoption("sigma_ref_impl")
+        loss = config.getoption("sigma_ref_loss")
+        aggregation = config.getoption("sigma_ref_aggregation", None)
+        if impl is None:  # the oracle, with its token-mean reference loss (as at levels 0-4)
+            impl = "sigma_ref.conformance.scaleout:oracle_advantages"
+            if loss is None:
+                loss = "sigma_ref.conformance.scaleout:oracle_loss"
+                aggregation = aggregation or "token-mean"
+        try:
+            config.stash[_SCALEOUT_KEY] = run_scaleout(
+                impl,
+                loss,
+                layout=config.getoption("sigma_ref_layout") or conformance_context(config).adapter.layout,
+                world_size=W or 1,
+                micro_batches=M or 1,
+                split=config.getoption("sigma_ref_split"),
+                aggregation=None if aggregation is None else resolve_aggregation(aggregation),
+                aggregation_constant=config.getoption("sigma_ref_aggregation_constant", None),
+                loss_scale=config.getoption("sigma_ref_loss_scale"),
+                timeout=config.getoption("sigma_ref_scaleout_timeout"),
+                seed=conformance_seed(config) or 0,
+                backend=config.getoption("sigma_ref_backend"),
+            )
+        except (ValueError, TypeError) as exc:  # options that do not fit: said by each level-5 test
+            config.stash[_SCALEOUT_KEY] = exc
+    return config.stash[_SCALEOUT_KEY]
+
+
+def record_scaleout(config: pytest.Config, name: str, results: Sequence[Any]) -> str:
+    """Record one level-5 property's results (``ScaleoutResult``) as its outcome for the summary:
+    FAIL if one fails, else NOTE if one is a NOTE, else pass; the verdict is returned."""
+    from sigma_ref.conformance.core import Outcome, record_outcome
+    from sigma_ref.conformance.levels import SCALEOUT_LEVEL
+
+    verdicts = {r.verdict for r in results}
+    verdict = "FAIL" if "FAIL" in verdicts else "NOTE" if "NOTE" in verdicts else "pass"
+    shown = [r for r in results if r.verdict == verdict] if verdict != "pass" else list(results)
+    message = "; ".join(f"{r.property}: {r.message}" for r in shown)
+    record_outcome(Outcome(name, SCALEOUT_LEVEL, None, verdict, message))
+    return verdict
 
 
 def conformance_seed(config: pytest.Config) -> int | None:

@@ -57,6 +57,7 @@ __all__ = [
     "guarded",
     "layout_reason",
     "recorded_outcome",
+    "record_outcome",
 ]
 
 #: Seconds hypothesis may shrink a failure after finding it (its own limit is 300 s).
@@ -390,6 +391,12 @@ def recorded_outcome(nodeid: str) -> Outcome | None:
     return _RECORDED.pop(nodeid, None)
 
 
+def record_outcome(outcome: Outcome) -> None:
+    """Record the running spec test's outcome, with its class, for the plugin's summary and report
+    (the test's node id is read from ``PYTEST_CURRENT_TEST``, ``"<nodeid> (call)"``)."""
+    _RECORDED[os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]] = outcome
+
+
 def _run_in_pytest(prop: Property, ctx: Context, param: Any, seed: int | None) -> None:
     """Run ``prop`` inside a pytest test: skip, fail on FAIL, pass on WARN and NOTE.
 
@@ -399,8 +406,7 @@ def _run_in_pytest(prop: Property, ctx: Context, param: Any, seed: int | None) -
 
     __tracebackhide__ = True
     outcome = evaluate(prop, ctx, param, seed=seed)
-    # the running test's node id (pytest sets PYTEST_CURRENT_TEST to "<nodeid> (call)")
-    _RECORDED[os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]] = outcome
+    record_outcome(outcome)
     if outcome.verdict == "skip":  # reported at the property's own line in spec/ (its place_as)
         raise pytest.skip.Exception(f"not applicable: {outcome.message}", _use_item_location=True)
     if outcome.verdict == "FAIL":

@@ -15,6 +15,7 @@ from ..objectives import resolve_aggregation
 from .adapter import Adapter, check_call, load_adapter, oracle_adapter
 from .core import LEVELS, Context, Outcome, recorded_outcome
 from .detect import Detection, detect_convention
+from .levels import SCALEOUT_LEVEL
 from .losses import make_policy_loss
 from .precision import PRECISIONS
 from .reference import REFERENCE_NAMES, reference_for
@@ -382,9 +383,9 @@ def summary(ctx: Context, outcomes: list[Outcome], *, seed: int | None, profile:
     seed_text = "derandomized" if seed is None else f"seed {seed} (reproduce: --hypothesis-seed={seed})"
     lines.append(f"hypothesis: profile {profile}, {seed_text}; {seconds:.1f} s")
     lines.append(f"{'level':<10} " + " ".join(f"{k:>5}" for k in _COUNTED))
-    for level in LEVELS:
+    for level in (*LEVELS, SCALEOUT_LEVEL):
         sub = [o for o in outcomes if o.level == level]
-        if sub:
+        if sub and (level != SCALEOUT_LEVEL or any(o.verdict != "skip" for o in sub)):  # level 5 if asked
             lines.append(
                 f"{level:<10} " + " ".join(f"{sum(o.verdict == k for o in sub):>5}" for k in _COUNTED)
             )
