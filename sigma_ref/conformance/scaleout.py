@@ -33,6 +33,12 @@ A failure names the bug class with the measured factor ``c`` (the least-squares 
 split gradient as ``c`` times the full-batch gradient), after probes at other (W, M) confirm
 the cause: ``normaliser computed per micro-batch: the accumulated gradient is 0.50x the
 full-batch gradient at M = 2``.
+
+**Many checks, one launch** (:func:`run_scaleout_many`): the W processes start once (the torch
+import takes seconds, a check milliseconds) and run a list of :class:`ScaleoutJob` in order,
+each with the results it has alone; a job whose rank raises or hangs gets its FAIL, every
+process is killed, and the jobs after it run in fresh processes. :func:`run_scaleout` is the
+one-job case.
 """
 
 from __future__ import annotations
@@ -70,12 +76,14 @@ __all__ = [
     "HORIZON",
     "LOSS_SCALES",
     "SPLITS",
+    "ScaleoutJob",
     "ScaleoutResult",
     "ScaleoutReport",
     "aggregation_weights",
     "oracle_advantages",
     "oracle_loss",
     "run_scaleout",
+    "run_scaleout_many",
     "add_scaleout_arguments",
     "run_from_args",
     "main",
