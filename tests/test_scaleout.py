@@ -2,7 +2,9 @@
 
 The fast tier starts processes twice (a W = 2, M = 2 pass and the CLI at W = 1); the grid
 W in {1, 2, 4} x M in {1, 2, 3}, every gallery entry, the crashing and the hung rank are
-``@pytest.mark.slow``.
+``@pytest.mark.slow``. The grid and the gallery get their reports from one launch of processes
+per world size (``run_scaleout_many``, the module-scoped ``batched`` fixture, on first use);
+the tests of crashing, hung and batched-with-failures ranks and of clean-up start their own.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ import pytest
 import torch
 
 from sigma_ref.conformance import scaleout
-from sigma_ref.conformance.scaleout import aggregation_weights, main, run_scaleout
+from sigma_ref.conformance.scaleout import (
+    ScaleoutJob,
+    ScaleoutReport,
+    aggregation_weights,
+    main,
+    run_scaleout,
+    run_scaleout_many,
+)
+from tests.gallery import scaleout_losses
 from tests.gallery.scaleout_losses import CORRECT, WRONG
 
 ORACLE_ADV = "sigma_ref.conformance.scaleout:oracle_advantages"
@@ -104,6 +114,16 @@ def test_bad_arguments_fail_before_any_process_starts(
     loss = call.pop("loss_target")
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         run_scaleout(ORACLE_ADV, loss, **call)
+    assert started == []
+
+
+def test_a_bad_job_fails_the_batch_before_any_process_starts(started: list[subprocess.Popen]) -> None:
+    good = ScaleoutJob(ORACLE_ADV, ORACLE_LOSS, layout="index")
+    with pytest.raises(ValueError, match="split='halves' must be one of"):
+        run_scaleout_many([good, ScaleoutJob(ORACLE_ADV, ORACLE_LOSS, layout="index", split="halves")])
+    with pytest.raises(ValueError, match="world_size=0 must be a positive int"):
+        run_scaleout_many([good], world_size=0)
+    assert run_scaleout_many([]) == []
     assert started == []
 
 
@@ -267,33 +287,98 @@ GRID_CASES = [c for c in CORRECT if c.name.startswith("oracle[")] + [
 ]
 
 
+OTHER_CORRECT = [c for c in CORRECT if c not in GRID_CASES]
+GRID_MS = (1, 2, 3)
+#: What each world size's launch runs: (case, M), in this order.
+BATCHES: dict[int, list[tuple[scaleout_losses.Case, int | tuple[int, ...]]]] = {
+    1: [(c, GRID_MS) for c in GRID_CASES],
+    2: [(c, GRID_MS) for c in GRID_CASES] + [(c, 2) for c in OTHER_CORRECT] + [(c, 2) for c in WRONG],
+    4: [(c, GRID_MS) for c in GRID_CASES],
+}
+
+
+class Batched:
+    """The slow tier's reports: one launch per world size (``run_scaleout_many``), on first use."""
+
+    def __init__(self) -> None:
+        self.reports: dict[tuple[str, int, int | tuple[int, ...]], ScaleoutReport] = {}
+        self.launched: set[int] = set()
+
+    def report(
+        self, case: scaleout_losses.Case, world_size: int, micro_batches: int | tuple[int, ...]
+    ) -> ScaleoutReport:
+        """``case``'s report at ``world_size`` and ``micro_batches``, as ``run_scaleout`` gives it."""
+        if world_size not in self.launched:
+            self.launched.add(world_size)
+            batch = BATCHES[world_size]
+            jobs = [ScaleoutJob(c.advantages, c.loss, micro_batches=m, **c.kwargs()) for c, m in batch]
+            for (c, m), report in zip(batch, run_scaleout_many(jobs, world_size=world_size), strict=True):
+                self.reports[(c.name, world_size, m)] = report
+        return self.reports[(case.name, world_size, micro_batches)]
+
+
+@pytest.fixture(scope="module")
+def batched() -> Batched:
+    return Batched()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 @pytest.mark.parametrize("case", GRID_CASES, ids=lambda c: c.name)
-def test_correct_pass_on_the_grid(case, world_size: int) -> None:  # type: ignore[no-untyped-def]
+def test_correct_pass_on_the_grid(case, world_size: int, batched: Batched) -> None:  # type: ignore[no-untyped-def]
     """The oracle and the correct gallery losses pass at W in {1, 2, 4} and M in {1, 2, 3}."""
-    report = run_scaleout(
-        case.advantages, case.loss, world_size=world_size, micro_batches=(1, 2, 3), **case.kwargs()
-    )
+    report = batched.report(case, world_size, GRID_MS)
     assert report.passed, report.summary()
     assert sum(r.property.startswith("scaleout_gradient") for r in report.results) == 3
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c for c in CORRECT if c not in GRID_CASES], ids=lambda c: c.name)
-def test_correct_pass_at_w2_m2(case) -> None:  # type: ignore[no-untyped-def]
-    report = run_scaleout(case.advantages, case.loss, world_size=2, micro_batches=2, **case.kwargs())
+@pytest.mark.parametrize("case", OTHER_CORRECT, ids=lambda c: c.name)
+def test_correct_pass_at_w2_m2(case, batched: Batched) -> None:  # type: ignore[no-untyped-def]
+    report = batched.report(case, 2, 2)
     assert report.passed, report.summary()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", WRONG, ids=lambda c: c.name)
-def test_wrong_fail_naming_the_bug_class(case) -> None:  # type: ignore[no-untyped-def]
-    report = run_scaleout(case.advantages, case.loss, world_size=2, micro_batches=2, **case.kwargs())
+def test_wrong_fail_naming_the_bug_class(case, batched: Batched) -> None:  # type: ignore[no-untyped-def]
+    report = batched.report(case, 2, 2)
     assert not report.passed, report.summary()
     failed = " | ".join(r.message for r in report.results if r.verdict == "FAIL")
     for words in case.expect:
         assert words in failed, f"{words!r} not in: {failed}"
+
+
+@pytest.mark.slow
+def test_a_batch_isolates_a_raising_and_a_hung_job(started: list[subprocess.Popen]) -> None:
+    """In one batch, a job whose rank raises and one whose rank hangs get the FAILs they get alone; the
+    jobs after each run in fresh processes and get their own verdicts, equal to a run alone; every
+    process of the three launches is gone."""
+    wrong = {c.name: c for c in WRONG}
+    micro, rank, no_dp = (wrong[n] for n in ("token_mean_micro", "token_mean_rank", "token_mean_no_dp_size"))
+    jobs = [
+        ScaleoutJob(micro.advantages, micro.loss, **micro.kwargs()),
+        ScaleoutJob(ORACLE_ADV, f"{GALLERY}:raises_on_rank_1", layout="index", timeout=60),
+        ScaleoutJob(rank.advantages, rank.loss, **rank.kwargs()),
+        ScaleoutJob(ORACLE_ADV, f"{GALLERY}:sleeps_on_rank_1", layout="index", timeout=5),
+        ScaleoutJob(no_dp.advantages, no_dp.loss, **no_dp.kwargs()),
+    ]
+    reports = run_scaleout_many(jobs, world_size=2)
+    assert_all_gone(started, 6)  # the first launch ends at the raising job, the second at the hung one
+    (crash,) = reports[1].results
+    assert crash.property == "scaleout[W=2,M=2]" and crash.verdict == "FAIL"
+    assert "rank 1 failed: RuntimeError: CUDA out of memory (planted on rank 1)" in crash.message
+    (hang,) = reports[3].results
+    assert hang.verdict == "FAIL"
+    assert "a rank hung: no result within the timeout of 5 s" in hang.message
+    assert "rank 1 in the loss at W=2, M=2" in hang.message
+    for case, report in zip((micro, rank, no_dp), reports[::2], strict=True):
+        failed = " | ".join(r.message for r in report.results if r.verdict == "FAIL")
+        for words in case.expect:
+            assert words in failed, f"{case.name}: {words!r} not in: {failed}"
+    alone = run_scaleout(micro.advantages, micro.loss, world_size=2, micro_batches=2, **micro.kwargs())
+    assert reports[0].results == alone.results  # the same properties, verdicts, factors and messages
+    assert_all_gone(started, 8)
 
 
 @pytest.mark.slow

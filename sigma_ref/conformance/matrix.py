@@ -59,6 +59,7 @@ __all__ = [
     "run_matrix",
     "run_adapter",
     "run_scaleout_cell",
+    "run_scaleout_cells",
     "describe_objective",
     "adapter_module",
     "add_matrix",
@@ -350,30 +351,54 @@ def _scaleout_text(results: Sequence[Any]) -> str:
     return f"invariant; FAIL {_factor(pred)} the {mode} prediction ({same})"
 
 
+def run_scaleout_cells(
+    cells: Sequence[tuple[types.ModuleType, Any]], *, timeout: float = 120.0
+) -> list[tuple[str, list[Any]]]:
+    """Several modes' losses at W = 2, M = 2 on one launch of processes: cell text and results per cell.
+
+    ``cells``: ``(module, spec)`` pairs, ``spec`` the module's ``SCALEOUT`` entry: a
+    :class:`~sigma_ref.spec.adapters._peers.ScaleOut` (the loss is imported in the child processes
+    as ``<module>:AT_SCALE.<loss>``) or a string, the reason it cannot run (``n/a: reason``, no
+    process). The distinct runs go to :func:`~sigma_ref.conformance.scaleout.run_scaleout_many`,
+    which starts the W processes once for all of them; each cell's results are those of its run
+    alone. Cells that ask for the same run share it.
+    """
+    from .scaleout import ScaleoutJob, run_scaleout_many
+
+    jobs: dict[tuple[str, Any], ScaleoutJob] = {}
+    for module, spec in cells:
+        if not isinstance(spec, str) and (module.__name__, spec) not in jobs:
+            jobs[(module.__name__, spec)] = ScaleoutJob(
+                "sigma_ref.conformance.scaleout:oracle_advantages",
+                f"{module.__name__}:AT_SCALE.{spec.loss}",
+                layout="index",
+                micro_batches=SCALEOUT_MICRO_BATCHES,
+                aggregation=spec.aggregation,
+                aggregation_constant=spec.constant,
+                loss_scale=spec.loss_scale,
+                timeout=timeout,
+            )
+    reports = run_scaleout_many(list(jobs.values()), world_size=SCALEOUT_WORLD_SIZE)
+    by_run = dict(zip(jobs, reports, strict=True))
+    out: list[tuple[str, list[Any]]] = []
+    for module, spec in cells:
+        if isinstance(spec, str):
+            out.append((f"n/a: {spec}", []))
+        else:
+            report = by_run[(module.__name__, spec)]
+            out.append((_scaleout_text(report.results), list(report.results)))
+    return out
+
+
 def run_scaleout_cell(
     module: types.ModuleType, spec: Any, *, timeout: float = 120.0
 ) -> tuple[str, list[Any]]:
     """Run a mode's loss at W = 2, M = 2 (``spec``: the module's ``SCALEOUT`` entry): cell text, results.
 
-    ``spec`` is a :class:`~sigma_ref.spec.adapters._peers.ScaleOut` (the loss is imported in the
-    child processes as ``<module>:AT_SCALE.<loss>``) or a string, the reason it cannot run.
+    The one-cell case of :func:`run_scaleout_cells` (its own launch of processes).
     """
-    if isinstance(spec, str):
-        return f"n/a: {spec}", []
-    from .scaleout import run_scaleout
-
-    report = run_scaleout(
-        "sigma_ref.conformance.scaleout:oracle_advantages",
-        f"{module.__name__}:AT_SCALE.{spec.loss}",
-        layout="index",
-        world_size=SCALEOUT_WORLD_SIZE,
-        micro_batches=SCALEOUT_MICRO_BATCHES,
-        aggregation=spec.aggregation,
-        aggregation_constant=spec.constant,
-        loss_scale=spec.loss_scale,
-        timeout=timeout,
-    )
-    return _scaleout_text(report.results), list(report.results)
+    (cell,) = run_scaleout_cells([(module, spec)], timeout=timeout)
+    return cell
 
 
 @dataclasses.dataclass
@@ -483,6 +508,23 @@ def _warm_up(module: types.ModuleType) -> None:
         first(Batch.grouped([[1.0, 0.0, 0.0, 0.0]]))
 
 
+def _scaleout_column(
+    peers: Sequence[str], modes: Sequence[str] | None
+) -> dict[tuple[str, Any], tuple[str, list[Any]]]:
+    """The scale-out cell of every selected mode of every installed peer, by ``(module, spec)``."""
+    cells: dict[tuple[str, Any], tuple[types.ModuleType, Any]] = {}
+    for peer in peers:
+        module = adapter_module(peer)
+        if module.unavailable() is not None:
+            continue
+        at_scale: dict[str, Any] = getattr(module, "SCALEOUT", {})
+        for mode in module.ADAPTERS:
+            spec = at_scale.get(mode)
+            if (modes is None or f"{peer}:{mode}" in modes) and spec is not None:
+                cells.setdefault((module.__name__, spec), (module, spec))
+    return dict(zip(cells, run_scaleout_cells(list(cells.values())), strict=True))
+
+
 def run_matrix(
     peers: Sequence[str] = PEERS,
     *,
@@ -496,9 +538,13 @@ def run_matrix(
 
     ``seed`` picks hypothesis's random stream and ``threads`` torch's intra-op threads; the
     verdicts do not depend on either (tests/test_peers.py runs verl twice to show it).
-    ``scaleout``: run the level-5 column (W = 2, M = 2 real processes per distinct loss; rows
-    that share a loss share the run); without it the column is empty.
+    ``scaleout``: run the level-5 column (W = 2, M = 2 real processes, started once for every
+    distinct loss of every peer: :func:`run_scaleout_cells`; rows that share a loss share the
+    run); without it the column is empty.
     """
+    scaled: dict[tuple[str, Any], tuple[str, list[Any]]] = {}
+    if scaleout:
+        scaled = _scaleout_column(peers, modes)
     rows: list[Row] = []
     for peer in peers:
         module = adapter_module(peer)
@@ -511,7 +557,6 @@ def run_matrix(
         notes: dict[str, str] = getattr(module, "NOTES", {})
         objective_notes: dict[str, str] = getattr(module, "OBJECTIVE_NOTES", {})
         at_scale: dict[str, Any] = getattr(module, "SCALEOUT", {})
-        scaled: dict[Any, tuple[str, list[Any]]] = {}
         if any(modes is None or f"{peer}:{m}" in modes for m in module.ADAPTERS):
             _warm_up(module)
         for mode, adapter in module.ADAPTERS.items():
@@ -527,9 +572,7 @@ def run_matrix(
             scale_results: list[Any] = []
             spec = at_scale.get(mode)
             if scaleout and spec is not None:
-                if spec not in scaled:
-                    scaled[spec] = run_scaleout_cell(module, spec)
-                scale_text, scale_results = scaled[spec]
+                scale_text, scale_results = scaled[(module.__name__, spec)]
             elif scaleout and adapter.loss is not None:
                 scale_text = "-"
             note = notes.get(mode, "")
@@ -592,6 +635,7 @@ def add_matrix(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--no-scaleout",
         action="store_true",
-        help="leave the scale-out column empty (it starts 2 processes per distinct loss, a few seconds each)",
+        help="leave the scale-out column empty (it starts 2 processes once and runs every distinct loss "
+        "in them, seconds)",
     )
     p.set_defaults(run=_matrix)

@@ -33,6 +33,12 @@ A failure names the bug class with the measured factor ``c`` (the least-squares 
 split gradient as ``c`` times the full-batch gradient), after probes at other (W, M) confirm
 the cause: ``normaliser computed per micro-batch: the accumulated gradient is 0.50x the
 full-batch gradient at M = 2``.
+
+**Many checks, one launch** (:func:`run_scaleout_many`): the W processes start once (the torch
+import takes seconds, a check milliseconds) and run a list of :class:`ScaleoutJob` in order,
+each with the results it has alone; a job whose rank raises or hangs gets its FAIL, every
+process is killed, and the jobs after it run in fresh processes. :func:`run_scaleout` is the
+one-job case.
 """
 
 from __future__ import annotations
@@ -51,11 +57,15 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, TypeGuard
 
 import numpy as np
+import numpy.typing as npt
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 from ..objectives import aggregation_weights as objective_weights
 from .adapter import LAYOUTS, Adapter, load_object
@@ -66,12 +76,14 @@ __all__ = [
     "HORIZON",
     "LOSS_SCALES",
     "SPLITS",
+    "ScaleoutJob",
     "ScaleoutResult",
     "ScaleoutReport",
     "aggregation_weights",
     "oracle_advantages",
     "oracle_loss",
     "run_scaleout",
+    "run_scaleout_many",
     "add_scaleout_arguments",
     "run_from_args",
     "main",
@@ -109,6 +121,9 @@ GLOBALS: dict[str, str] = {
 ADVANTAGE_GLOBALS: tuple[str, ...] = ("process_group", "rank", "world_size", "dp_size")
 
 _RTOL = 1e-8  # float64 throughout: only summation order separates a correct split from the full batch
+
+#: One configuration of a plan: (world size w, micro-batches m, split); w = 1 runs on rank 0 alone.
+_Key: TypeAlias = "tuple[int, int, str]"
 
 
 # ---------------------------------------------------------------------------
@@ -189,11 +204,12 @@ def oracle_loss(
 
 
 @torch.no_grad()
-def oracle_advantages(rewards: torch.Tensor, index: Any) -> torch.Tensor:
+def oracle_advantages(rewards: torch.Tensor, index: npt.ArrayLike) -> torch.Tensor:
     """The oracle's GRPO advantages (paper convention), layout ``index``: ``(R - mu_g) / sigma_g``."""
     from ..advantages import grpo_advantage
 
-    return grpo_advantage(rewards, index=np.asarray(index))
+    out: torch.Tensor = grpo_advantage(rewards, index=np.asarray(index))  # a Tensor in, a Tensor out
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -313,13 +329,18 @@ def _shard_rows(batch: _Batch, world_size: int, rank: int, split: str) -> np.nda
 # calling the implementation
 
 
-def _declared(fn: Callable[..., Any], n_positional: int, vocabulary: Sequence[str], what: str) -> list[str]:
+#: An advantage function or a loss under test: called with tensors; what it returns is checked.
+_Fn: TypeAlias = "Callable[..., object]"
+
+
+def _declared(fn: _Fn, n_positional: int, vocabulary: Sequence[str], what: str) -> list[str]:
     """The vocabulary names ``fn`` declares; an unknown required parameter raises TypeError."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return []
-    wanted, rest = [], params[n_positional:]
+    wanted: list[str] = []
+    rest = params[n_positional:]
     for p in rest:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
@@ -333,8 +354,9 @@ def _declared(fn: Callable[..., Any], n_positional: int, vocabulary: Sequence[st
     return wanted
 
 
-def _resolve(impl: str | Any, layout: str | None, loss: str | Any | None) -> tuple[Any, str, Any]:
-    obj = load_object(impl) if isinstance(impl, str) else impl
+def _resolve(impl: object, layout: str | None, loss: object) -> tuple[_Fn, str, _Fn]:
+    """The advantage function, layout and loss of ``impl`` (a target or an object; an Adapter fills in)."""
+    obj: object = load_object(impl) if isinstance(impl, str) else impl
     if isinstance(obj, Adapter):
         layout = layout or obj.layout
         loss = loss if loss is not None else obj.loss
@@ -343,14 +365,14 @@ def _resolve(impl: str | Any, layout: str | None, loss: str | Any | None) -> tup
         raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}: how the advantage function is called")
     if loss is None:
         raise ValueError("the scale-out check needs a loss: pass --loss pkg.module:attr")
-    loss_fn = load_object(loss, "--loss") if isinstance(loss, str) else loss
+    loss_fn: object = load_object(loss, "--loss") if isinstance(loss, str) else loss
     if not callable(obj) or not callable(loss_fn):
         raise TypeError(f"advantages {obj!r} and loss {loss_fn!r} must be callable")
     return obj, layout, loss_fn
 
 
 def _call_advantages(
-    fn: Any, layout: str, rewards: torch.Tensor, index: np.ndarray, kw: dict
+    fn: _Fn, layout: str, rewards: torch.Tensor, index: npt.NDArray[np.int64], kw: Mapping[str, object]
 ) -> torch.Tensor:
     if layout == "index":
         out = fn(rewards, index.copy(), **kw)
@@ -371,10 +393,45 @@ def _call_advantages(
 # the worker (one per rank)
 
 
+class _JobConfig(TypedDict):
+    """One job as the ranks read it from the launch's config file (JSON)."""
+
+    impl: str
+    loss: str | None
+    layout: str
+    seed: int
+    aggregation: str | None
+    loss_scale: str
+    plan: list[_Key]
+
+
+class _LaunchConfig(TypedDict):
+    """The launch's config file: the process group and the jobs, run in this order."""
+
+    world_size: int
+    backend: str
+    port: int
+    timeout: float  # of the process group's collectives: the parent's deadlines come first
+    jobs: list[_JobConfig]
+
+
+class _Run(TypedDict):
+    """Rank 0's outcome of one configuration: the rank-averaged gradient, the gathered advantages."""
+
+    grad: list[float]
+    advantages: list[float]
+
+
 def _worker(config_path: str, rank: int) -> int:
-    """Entry point of one rank: run every configuration of the plan, write rank 0's results."""
+    """Entry point of one rank: join the process group once, then run every job of the launch in order.
+
+    For each job rank 0 writes its results (``results.<k>.json``) *before* the barrier that ends
+    the job, so a rank that has reached job k + 1 proves job k's file is there: the parent blames
+    a raising or hung rank on the first job without results, and nothing else is needed to know
+    which job a rank was in. Any exception ends the process (``error.<rank>``, exit code 1).
+    """
     with open(config_path, encoding="utf-8") as fh:
-        cfg = json.load(fh)
+        cfg: _LaunchConfig = json.load(fh)
     workdir = os.path.dirname(config_path)
     progress = os.path.join(workdir, f"progress.{rank}")
 
@@ -402,82 +459,17 @@ def _worker(config_path: str, rank: int) -> int:
             world_size=W,
             timeout=datetime.timedelta(seconds=2 * cfg["timeout"]),  # the parent's deadline comes first
         )
+        world = dist.group.WORLD
         solo = dist.new_group([0])  # every rank must create it; only rank 0 uses it (W = 1 runs)
-        batch = _design_batch(cfg["seed"], _n_groups(W))
-        adv_fn, layout, loss_fn = _resolve(cfg["impl"], cfg["layout"], cfg["loss"])
-        loss_kw = _declared(loss_fn, 4, list(GLOBALS), "the loss")
-        adv_kw = _declared(
-            adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function"
-        )
-        feats = torch.tensor(batch.feats, device=device)
-        tokens = torch.tensor(batch.tokens, device=device)
-        mask = torch.tensor(batch.mask, device=device)
-        rewards = torch.tensor(batch.rewards, device=device)
-        totals = {
-            "global_num_tokens": int(batch.mask.sum()),
-            "global_num_seqs": int((batch.mask.sum(-1) > 0).sum()),
-            "horizon": _T,
-        }
-        results = []
-        for w, m, split in cfg["plan"]:
-            group = dist.group.WORLD if w == W else solo
-            if rank >= w:
-                results.append(None)
-                continue
-            tag = f"W={w}, M={m}, {split}"
-            rows = _shard_rows(batch, w, rank, split)
-            rows_t = torch.tensor(rows, device=device)
-            say(f"the advantage function at {tag}")
-            env = {"process_group": group, "rank": rank, "world_size": w, "dp_size": w}
-            adv = _call_advantages(
-                adv_fn, layout, rewards[rows_t], batch.index[rows], {k: env[k] for k in adv_kw}
-            ).to(device)
-            if adv.shape != (len(rows),):
-                raise ValueError(
-                    f"the advantage function returned shape {tuple(adv.shape)} for {len(rows)} rewards "
-                    f"at {tag}"
-                )
-            theta = torch.tensor(batch.theta, device=device, requires_grad=True)
-            pieces = np.array_split(np.arange(len(rows)), m)
-            env.update(totals, micro_batches=m, aggregation=cfg["aggregation"])
-            env.update(rank_num_tokens=int(batch.mask[rows].sum()), rank_num_seqs=len(rows))
-            for j, piece in enumerate(pieces):
-                r = rows_t[torch.tensor(piece, device=device)]
-                logp = _token_logp(theta, feats[r], tokens[r])
-                env.update(
-                    micro_batch_index=j,
-                    micro_num_tokens=int(batch.mask[rows[piece]].sum()),
-                    micro_num_seqs=len(piece),
-                )
-                say(f"the loss at {tag}, micro-batch {j}")
-                out = loss_fn(
-                    logp,
-                    logp.detach(),
-                    adv[torch.tensor(piece, device=device)],
-                    mask[r],
-                    **{k: env[k] for k in loss_kw},
-                )
-                value = out[0] if isinstance(out, (tuple, list)) else out
-                if not isinstance(value, torch.Tensor) or value.numel() != 1:
-                    raise TypeError(f"the loss returned {value!r} at {tag}; it should return a scalar Tensor")
-                if cfg["loss_scale"] == "mean-over-micro-batches":
-                    value = value / m
-                value.reshape(()).backward()
-            say(f"all_reduce of the gradients at {tag}")
-            grad = theta.grad if theta.grad is not None else torch.zeros_like(theta)
-            dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=group)
-            grad = grad / w
-            full_adv = torch.zeros(batch.n, dtype=torch.float64, device=device)
-            full_adv[rows_t] = adv
-            dist.all_reduce(full_adv, op=dist.ReduceOp.SUM, group=group)
-            results.append({"grad": grad.cpu().tolist(), "advantages": full_adv.cpu().tolist()})
-        say("barrier")
-        dist.barrier()
-        if rank == 0:
-            tmp = os.path.join(workdir, "results.json.tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(results, fh)
-            os.replace(tmp, os.path.join(workdir, "results.json"))
+        for k, job in enumerate(cfg["jobs"]):
+            results = _run_job(job, rank, W, device, world, solo, say)
+            if rank == 0:
+                tmp = os.path.join(workdir, f"results.{k}.json.tmp")
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    json.dump(results, fh)
+                os.replace(tmp, os.path.join(workdir, f"results.{k}.json"))
+            say("barrier")
+            dist.barrier()
         say("done")
         dist.destroy_process_group()
         return 0
@@ -487,12 +479,101 @@ def _worker(config_path: str, rank: int) -> int:
         return 1
 
 
+def _run_job(
+    job: _JobConfig,
+    rank: int,
+    W: int,
+    device: torch.device,
+    world: ProcessGroup | None,
+    solo: ProcessGroup | None,
+    say: Callable[[str], None],
+) -> list[_Run | None]:
+    """One job's plan on this rank: rank 0's results per configuration (None where it is not a member)."""
+    import torch.distributed as dist
+
+    batch = _design_batch(job["seed"], _n_groups(W))
+    adv_fn, layout, loss_fn = _resolve(job["impl"], job["layout"], job["loss"])
+    loss_kw = _declared(loss_fn, 4, list(GLOBALS), "the loss")
+    adv_kw = _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
+    feats = torch.tensor(batch.feats, device=device)
+    tokens = torch.tensor(batch.tokens, device=device)
+    mask = torch.tensor(batch.mask, device=device)
+    rewards = torch.tensor(batch.rewards, device=device)
+    totals = {
+        "global_num_tokens": int(batch.mask.sum()),
+        "global_num_seqs": int((batch.mask.sum(-1) > 0).sum()),
+        "horizon": _T,
+    }
+    results: list[_Run | None] = []
+    for w, m, split in job["plan"]:
+        group = world if w == W else solo
+        if rank >= w:
+            results.append(None)
+            continue
+        tag = f"W={w}, M={m}, {split}"
+        rows = _shard_rows(batch, w, rank, split)
+        rows_t = torch.tensor(rows, device=device)
+        say(f"the advantage function at {tag}")
+        env: dict[str, object] = {"process_group": group, "rank": rank, "world_size": w, "dp_size": w}
+        adv = _call_advantages(
+            adv_fn, layout, rewards[rows_t], batch.index[rows], {k: env[k] for k in adv_kw}
+        ).to(device)
+        if adv.shape != (len(rows),):
+            raise ValueError(
+                f"the advantage function returned shape {tuple(adv.shape)} for {len(rows)} rewards at {tag}"
+            )
+        theta = torch.tensor(batch.theta, device=device, requires_grad=True)
+        pieces = np.array_split(np.arange(len(rows)), m)
+        env.update(totals, micro_batches=m, aggregation=job["aggregation"])
+        env.update(rank_num_tokens=int(batch.mask[rows].sum()), rank_num_seqs=len(rows))
+        for j, piece in enumerate(pieces):
+            r = rows_t[torch.tensor(piece, device=device)]
+            logp = _token_logp(theta, feats[r], tokens[r])
+            env.update(
+                micro_batch_index=j,
+                micro_num_tokens=int(batch.mask[rows[piece]].sum()),
+                micro_num_seqs=len(piece),
+            )
+            say(f"the loss at {tag}, micro-batch {j}")
+            out = loss_fn(
+                logp,
+                logp.detach(),
+                adv[torch.tensor(piece, device=device)],
+                mask[r],
+                **{k: env[k] for k in loss_kw},
+            )
+            value = out[0] if isinstance(out, (tuple, list)) else out
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                raise TypeError(f"the loss returned {value!r} at {tag}; it should return a scalar Tensor")
+            if job["loss_scale"] == "mean-over-micro-batches":
+                value = value / m
+            torch.autograd.backward(value.reshape(()))
+        say(f"all_reduce of the gradients at {tag}")
+        grad = theta.grad if theta.grad is not None else torch.zeros_like(theta)
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=group)
+        grad = grad / w
+        full_adv = torch.zeros(batch.n, dtype=torch.float64, device=device)
+        full_adv[rows_t] = adv
+        dist.all_reduce(full_adv, op=dist.ReduceOp.SUM, group=group)
+        results.append({"grad": grad.cpu().tolist(), "advantages": full_adv.cpu().tolist()})
+    return results
+
+
 # ---------------------------------------------------------------------------
 # the parent: processes, time-outs, clean-up
 
 
 class _RunError(Exception):
-    pass
+    """A job that ended without results: ``message`` for its FAIL, ``detail`` the rank's traceback or log."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message, detail)
+        self.message = message
+        self.detail = detail
+
+
+#: A job's outcome: rank 0's results per configuration of its plan, or why there are none.
+_Outcome: TypeAlias = "list[_Run | None] | _RunError"
 
 
 def _free_port() -> int:
@@ -501,7 +582,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _kill(procs: Sequence[subprocess.Popen]) -> None:
+def _kill(procs: Sequence[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         if p.poll() is None:
             try:
@@ -523,11 +604,28 @@ def _read(path: str) -> str:
         return ""
 
 
-def _launch(cfg: dict, world_size: int, timeout: float) -> list[dict | None]:
-    """Run the plan on ``world_size`` processes; their results, or _RunError naming the rank."""
+def _launch(
+    world_size: int, backend: str, jobs: Sequence[_JobConfig], timeouts: Sequence[float]
+) -> list[tuple[_Outcome, float]]:
+    """Run ``jobs`` in order on ``world_size`` fresh processes; each outcome with when it was known.
+
+    The outcomes cover every job, or stop at the first that fails (a :class:`_RunError` naming
+    the rank and its exception, or where every rank was when a rank hung): then every process
+    is killed and the caller runs the rest elsewhere. Job k has ``timeouts[k]`` seconds from the
+    end of job k - 1 (the first from the launch, start-up included, as a launch of one job); the
+    last job ends when every process has exited with code 0.
+    """
     workdir = tempfile.mkdtemp(prefix="sigma-ref-scaleout-")
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
+    outcomes: list[tuple[_Outcome, float]] = []
     try:
+        cfg: _LaunchConfig = {
+            "world_size": world_size,
+            "backend": backend,
+            "port": _free_port(),
+            "timeout": max(timeouts),
+            "jobs": list(jobs),
+        }
         config_path = os.path.join(workdir, "config.json")
         with open(config_path, "w", encoding="utf-8") as fh:
             json.dump(cfg, fh)
@@ -551,12 +649,35 @@ def _launch(cfg: dict, world_size: int, timeout: float) -> list[dict | None]:
                 )
             )
             log.close()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeouts[0]
+
+        def collect(codes: Sequence[int | None]) -> None:
+            """Add the jobs whose results are written (the last one only once every rank exited 0)."""
+            nonlocal deadline
+            while len(outcomes) < len(jobs):
+                k = len(outcomes)
+                path = os.path.join(workdir, f"results.{k}.json")
+                if not os.path.exists(path) or (k == len(jobs) - 1 and not all(c == 0 for c in codes)):
+                    return
+                with open(path, encoding="utf-8") as fh:
+                    outcomes.append((json.load(fh), time.monotonic()))
+                if len(outcomes) < len(jobs):
+                    deadline = time.monotonic() + timeouts[len(outcomes)]
+
         while True:
             codes = [p.poll() for p in procs]
+            collect(codes)
+            if len(outcomes) == len(jobs):
+                return outcomes
+            if all(c == 0 for c in codes):  # pragma: no cover - a rank 0 that exits 0 wrote every file
+                outcomes.append(
+                    (_RunError("rank 0 exited without writing its results", ""), time.monotonic())
+                )
+                return outcomes
             crashed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if crashed:
                 time.sleep(0.3)  # let a peer's error land too, then blame the first one written
+                collect([p.poll() for p in procs])  # a rank past job k proves job k's results
                 errors = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"error.{r}"))]
                 r = min(
                     errors,
@@ -568,33 +689,67 @@ def _launch(cfg: dict, world_size: int, timeout: float) -> list[dict | None]:
                     os.path.join(workdir, f"log.{r}")
                 )
                 last = detail.strip().splitlines()[-1] if detail.strip() else f"exit code {codes[r]}"
-                raise _RunError(f"rank {r} failed: {last}", detail)
-            if all(c == 0 for c in codes):
-                break
+                outcomes.append((_RunError(f"rank {r} failed: {last}", detail), time.monotonic()))
+                return outcomes
             if time.monotonic() > deadline:
                 stages = {
                     r: _read(os.path.join(workdir, f"progress.{r}")) or "start-up" for r in range(world_size)
                 }
+                waiting = len(outcomes)
+                collect(codes)  # a stage read above that belongs to the next job proves this one done
+                if len(outcomes) > waiting:
+                    continue
                 _kill(procs)
                 where = "; ".join(f"rank {r} in {s}" for r, s in stages.items())
-                raise _RunError(
+                timeout = timeouts[len(outcomes)]
+                message = (
                     f"a rank hung: no result within the timeout of {timeout:g} s ({where}); every rank was "
-                    "killed",
-                    "",
+                    "killed"
                 )
+                outcomes.append((_RunError(message, ""), time.monotonic()))
+                return outcomes
             time.sleep(0.02)
-        with open(os.path.join(workdir, "results.json"), encoding="utf-8") as fh:
-            return json.load(fh)
     finally:
         _kill(procs)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_jobs(
+    world_size: int, backend: str, jobs: Sequence[_JobConfig], timeouts: Sequence[float]
+) -> list[tuple[_Outcome, float]]:
+    """Every job's outcome: as many jobs per launch as run through, the rest in fresh processes.
+
+    A job that fails (a rank raised or hung) gets its FAIL as if it had run alone, and the jobs
+    after it run in a new launch. Another program may take the free port before rank 0 binds
+    it: a job failing with ``address already in use`` is tried up to three times, as alone.
+    """
+    outcomes: list[tuple[_Outcome, float]] = []
+    attempts = 0
+    while len(outcomes) < len(jobs):
+        start = len(outcomes)
+        got = _launch(world_size, backend, jobs[start:], timeouts[start:])
+        if len(got) > 1:
+            attempts = 0  # the failing job, if any, had its first attempt in this launch
+        attempts += 1
+        last = got[-1][0]
+        if isinstance(last, _RunError):
+            if attempts < 3 and "address already in use" in last.detail.lower():
+                outcomes += got[:-1]
+                continue
+        outcomes += got
+        attempts = 0
+    return outcomes
 
 
 # ---------------------------------------------------------------------------
 # the analysis
 
 
-def _fit(g: np.ndarray, ref: np.ndarray) -> tuple[float, float, float]:
+#: ``(c, residual, error)`` of :func:`_fit`.
+_Fit: TypeAlias = "tuple[float, float, float]"
+
+
+def _fit(g: np.ndarray, ref: np.ndarray) -> _Fit:
     """``(c, residual, error)``: ``g ~ c ref`` by least squares, what c leaves, ``|g - ref|/|ref|``."""
     rr = float(ref @ ref)
     c = float(g @ ref) / rr if rr > 0 else float("nan")
@@ -625,8 +780,11 @@ def _prediction(
     if mode == "seq-mean-token-sum-norm" and constant is None:
         constant = _T / n_seq
     w = objective_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
-    (-(w * torch.tensor(advantages)[:, None] * logp).sum()).backward()
-    return theta.grad.numpy()
+    torch.autograd.backward(-(w * torch.tensor(advantages)[:, None] * logp).sum())
+    grad = theta.grad
+    if grad is None:  # pragma: no cover - logp depends on theta
+        raise RuntimeError("the prediction's loss does not depend on theta")
+    return grad.numpy()
 
 
 def _adv_gap(a: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
@@ -636,7 +794,7 @@ def _adv_gap(a: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
 
 
 def _analyse(
-    runs: dict[tuple[int, int, str], dict],
+    runs: Mapping[_Key, _Run],
     batch: _Batch,
     *,
     W: int,
@@ -700,7 +858,7 @@ def _analyse(
 
 
 def _per_split(
-    runs: dict,
+    runs: Mapping[_Key, _Run],
     batch: _Batch,
     g_full: np.ndarray,
     a_full: np.ndarray,
@@ -772,7 +930,7 @@ def _per_split(
 
 
 def _diagnose(
-    runs: dict,
+    runs: Mapping[_Key, _Run],
     g_full: np.ndarray,
     W: int,
     M: int,
@@ -790,7 +948,7 @@ def _diagnose(
             "because the advantages differ (see scaleout_advantages)"
         )
 
-    def probe(w: int, m: int) -> tuple[float, float, float] | None:
+    def probe(w: int, m: int) -> _Fit | None:
         run = runs.get((w, m, split)) if w > 1 else runs.get((w, m, "whole-groups"))
         return None if run is None else _fit(np.asarray(run["grad"]), g_full)
 
@@ -801,10 +959,16 @@ def _diagnose(
         on_m = (c, resid, 1.0)
     if M == 1:
         on_w = (c, resid, 1.0)
-    m_bad = on_m is not None and on_m[2] > _RTOL
-    w_bad = on_w is not None and on_w[2] > _RTOL
-    pure = lambda f: f[1] <= 1e-6  # noqa: E731
-    if m_bad:
+
+    def bad(f: _Fit | None) -> TypeGuard[_Fit]:
+        """The probe ran and its gradient differs from the full batch's."""
+        return f is not None and f[2] > _RTOL
+
+    def pure(f: _Fit) -> bool:
+        """One factor explains the probe's gradient."""
+        return f[1] <= 1e-6
+
+    if bad(on_m):
         trend = ""
         if on_m2 is not None:
             trend = f"; {_scale(on_m2[0], on_m2[1], detail=False)} at M = {M + 1}"
@@ -825,7 +989,7 @@ def _diagnose(
         confirm = (
             f" (confirmed on one rank: {_scale(on_m[0], on_m[1], detail=False)} at W = 1, M = {M}{trend}"
         )
-        if W > 1 and w_bad:
+        if W > 1 and bad(on_w):
             confirm += (
                 f"; {_scale(on_w[0], on_w[1], detail=False)} at W = {W}, M = 1, where a rank's shard is "
                 "one micro-batch)"
@@ -846,7 +1010,7 @@ def _diagnose(
             "normaliser computed per micro-batch: the accumulated gradient is "
             f"{_scale(c, resid)} the full-batch gradient at M = {M}{confirm}{hint}"
         )
-    if w_bad:
+    if bad(on_w):
         confirm = (
             f" (confirmed with one micro-batch: {_scale(on_w[0], on_w[1], detail=False)} at W = {W}, M = 1"
         )
@@ -870,7 +1034,7 @@ def _diagnose(
 
 
 # ---------------------------------------------------------------------------
-# the public entry point
+# the public entry points
 
 
 def _backend(requested: str, world_size: int) -> str:
@@ -881,9 +1045,167 @@ def _backend(requested: str, world_size: int) -> str:
     return requested
 
 
+@dataclasses.dataclass(frozen=True)
+class ScaleoutJob:
+    """One level-5 check for :func:`run_scaleout_many`: :func:`run_scaleout`'s arguments but W and backend.
+
+    >>> ScaleoutJob("sigma_ref.conformance.scaleout:oracle_advantages",
+    ...             "sigma_ref.conformance.scaleout:oracle_loss", layout="index").micro_batches
+    2
+    """
+
+    advantages_target: str
+    loss_target: str | None = None
+    layout: str | None = None
+    micro_batches: int | Sequence[int] = 2
+    split: str = "whole-groups"
+    aggregation: str | None = None
+    loss_scale: str = "none"
+    timeout: float = 120.0
+    seed: int = 0
+    aggregation_constant: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """A validated job: what the ranks run (``config``) and what the analysis needs."""
+
+    job: ScaleoutJob
+    config: _JobConfig
+    batch: _Batch
+    world_size: int
+    Ms: tuple[int, ...]
+
+
+def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
+    """Validate one job (every usage error raises here, before any process starts) and plan it."""
+    micro_batches = job.micro_batches
+    Ms = (micro_batches,) if isinstance(micro_batches, int) else tuple(micro_batches)
+    if not Ms or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in Ms):
+        raise ValueError(f"micro_batches={micro_batches!r} must be a positive int or a sequence of them")
+    Ms = tuple(sorted(set(Ms)))
+    split, loss_scale, aggregation = job.split, job.loss_scale, job.aggregation
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} must be one of {SPLITS}")
+    if loss_scale not in LOSS_SCALES:
+        raise ValueError(f"loss_scale={loss_scale!r} must be one of {LOSS_SCALES}")
+    if aggregation is not None and aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATIONS} or None (detect)")
+    constant = job.aggregation_constant
+    if constant is not None and not (
+        isinstance(constant, int | float) and math.isfinite(constant) and constant > 0
+    ):
+        raise ValueError(
+            f"aggregation_constant={constant!r} must be a positive number (the C of "
+            "seq-mean-token-sum-norm, e.g. the padded length) or None"
+        )
+    for name, target in (("advantages_target", job.advantages_target), ("loss_target", job.loss_target)):
+        if target is not None and not isinstance(target, str):
+            raise TypeError(
+                f"{name}={target!r} must be a 'pkg.module:attr' string: the ranks are separate processes "
+                "that import it"
+            )
+    adv_fn, layout, loss_fn = _resolve(job.advantages_target, job.layout, job.loss_target)  # fail fast
+    if split == "split-groups" and layout != "index":
+        raise ValueError(
+            f"split='split-groups' needs layout 'index' (a {layout!r} function cannot receive part "
+            "of a group)"
+        )
+    _declared(loss_fn, 4, list(GLOBALS), "the loss")
+    _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
+    batch = _design_batch(job.seed, _n_groups(world_size))
+    per_rank = min(len(_shard_rows(batch, world_size, r, split)) for r in range(world_size))
+    if max(Ms) > per_rank:
+        raise ValueError(
+            f"micro_batches={max(Ms)} exceeds the {per_rank} responses a rank holds at "
+            f"world_size={world_size}; use at most {per_rank}"
+        )
+    W = world_size
+    plan: list[_Key] = [(1, 1, "whole-groups")]
+    for M in Ms:
+        plan.append((W, M, split))
+        if M > 1:
+            plan += [(1, M, "whole-groups")] + ([(1, M + 1, "whole-groups")] if M + 1 <= batch.n else [])
+        if W > 1 and M > 1:
+            plan.append((W, 1, split))
+    if split == "split-groups":
+        plan.append((W, max(Ms), "whole-groups"))
+    config: _JobConfig = {
+        "impl": job.advantages_target,
+        "loss": job.loss_target,
+        "layout": layout,
+        "seed": job.seed,
+        "aggregation": aggregation,
+        "loss_scale": loss_scale,
+        "plan": list(dict.fromkeys(plan)),
+    }
+    return _Prepared(job, config, batch, W, Ms)
+
+
+def run_scaleout_many(
+    jobs: Sequence[ScaleoutJob], *, world_size: int = 2, backend: str = "auto"
+) -> list[ScaleoutReport]:
+    """Run several level-5 checks on one launch of ``world_size`` processes; one report per job, in order.
+
+    The ranks start once (the torch import, seconds, instead of milliseconds of work per job) and
+    run the jobs one after another, each exactly as :func:`run_scaleout` runs it alone: the same
+    designed batch, the same plan, the same results, messages and factors. Every job is validated
+    before any process starts (a usage error raises, as in :func:`run_scaleout`). A job whose rank
+    raises or hangs gets the FAIL it gets alone (the rank and its exception; where every rank was,
+    after the job's own ``timeout``, which counts from the end of the job before it); every process
+    is killed and the jobs after it run in fresh processes, so their verdicts are their own.
+    ``ScaleoutReport.seconds`` is the job's share of the wall time: from the end of the job before
+    it (the first: from the start) to the end of its analysis.
+
+    What a batch shares is the processes: modules the jobs import stay imported, so code under test
+    that keeps state between calls (a module-level counter, a global torch setting changed on
+    import) sees what the jobs before it left; check such code alone with :func:`run_scaleout`.
+
+    Example (two processes, started once for both jobs)::
+
+        adv = "sigma_ref.conformance.scaleout:oracle_advantages"
+        loss = "sigma_ref.conformance.scaleout:oracle_loss"
+        reports = run_scaleout_many([ScaleoutJob(adv, loss, layout="index", aggregation=mode)
+                                     for mode in ("token-mean", "token-sum")], world_size=2)
+        assert all(r.passed for r in reports)
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be a positive int")
+    prepared = [_prepare(job, world_size) for job in jobs]
+    backend = _backend(backend, world_size)
+    start = time.monotonic()
+    if not prepared:
+        return []
+    outcomes = _run_jobs(world_size, backend, [p.config for p in prepared], [p.job.timeout for p in prepared])
+    reports: list[ScaleoutReport] = []
+    since = start
+    for p, (outcome, ended) in zip(prepared, outcomes, strict=True):
+        analysed = time.monotonic()
+        W, Ms = p.world_size, p.Ms
+        if isinstance(outcome, _RunError):
+            prop = f"scaleout[W={W},M={','.join(map(str, Ms))}]"
+            results = [ScaleoutResult(prop, "FAIL", None, outcome.message)]
+        else:
+            runs = {key: r for key, r in zip(p.config["plan"], outcome, strict=True) if r is not None}
+            results = _analyse(
+                runs,
+                p.batch,
+                W=W,
+                Ms=Ms,
+                split=p.job.split,
+                aggregation=p.job.aggregation,
+                loss_scale=p.job.loss_scale,
+                constant=p.job.aggregation_constant,
+            )
+        seconds = (ended - since) + (time.monotonic() - analysed)
+        reports.append(ScaleoutReport(tuple(results), W, Ms, backend, seconds))
+        since = ended
+    return reports
+
+
 def run_scaleout(
-    advantages_target: str | Any,
-    loss_target: str | Any | None = None,
+    advantages_target: str,
+    loss_target: str | None = None,
     *,
     layout: str | None = None,
     world_size: int = 2,
@@ -911,6 +1233,8 @@ def run_scaleout(
 
     Performance: one check starts W processes once (torch import, ~2-4 s each) and runs every
     configuration it needs in them: (1, 1), (W, M) and the probes (1, M), (1, M + 1), (W, 1).
+    Several checks at the same W: :func:`run_scaleout_many` starts the processes once for all
+    (this function is its one-job case).
 
     Example (starts two processes, a few seconds)::
 
@@ -919,98 +1243,20 @@ def run_scaleout(
                               aggregation="token-mean", world_size=2, micro_batches=(1, 2, 3))
         assert report.passed, report.summary()
     """
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} must be a positive int")
-    Ms = (micro_batches,) if isinstance(micro_batches, int) else tuple(micro_batches)
-    if not Ms or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in Ms):
-        raise ValueError(f"micro_batches={micro_batches!r} must be a positive int or a sequence of them")
-    Ms = tuple(sorted(set(Ms)))
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} must be one of {SPLITS}")
-    if loss_scale not in LOSS_SCALES:
-        raise ValueError(f"loss_scale={loss_scale!r} must be one of {LOSS_SCALES}")
-    if aggregation is not None and aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATIONS} or None (detect)")
-    if aggregation_constant is not None and not (
-        isinstance(aggregation_constant, int | float)
-        and math.isfinite(aggregation_constant)
-        and aggregation_constant > 0
-    ):
-        raise ValueError(
-            f"aggregation_constant={aggregation_constant!r} must be a positive number (the C of "
-            "seq-mean-token-sum-norm, e.g. the padded length) or None"
-        )
-    for name, target in (("advantages_target", advantages_target), ("loss_target", loss_target)):
-        if target is not None and not isinstance(target, str):
-            raise TypeError(
-                f"{name}={target!r} must be a 'pkg.module:attr' string: the ranks are separate processes "
-                "that import it"
-            )
-    adv_fn, layout, loss_fn = _resolve(advantages_target, layout, loss_target)  # fail fast, here
-    if split == "split-groups" and layout != "index":
-        raise ValueError(
-            f"split='split-groups' needs layout 'index' (a {layout!r} function cannot receive part "
-            "of a group)"
-        )
-    _declared(loss_fn, 4, list(GLOBALS), "the loss")
-    _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
-    batch = _design_batch(seed, _n_groups(world_size))
-    per_rank = min(len(_shard_rows(batch, world_size, r, split)) for r in range(world_size))
-    if max(Ms) > per_rank:
-        raise ValueError(
-            f"micro_batches={max(Ms)} exceeds the {per_rank} responses a rank holds at "
-            f"world_size={world_size}; use at most {per_rank}"
-        )
-    backend = _backend(backend, world_size)
-    W = world_size
-    plan = [(1, 1, "whole-groups")]
-    for M in Ms:
-        plan.append((W, M, split))
-        if M > 1:
-            plan += [(1, M, "whole-groups")] + ([(1, M + 1, "whole-groups")] if M + 1 <= batch.n else [])
-        if W > 1 and M > 1:
-            plan.append((W, 1, split))
-    if split == "split-groups":
-        plan.append((W, max(Ms), "whole-groups"))
-    plan = list(dict.fromkeys(plan))
-    cfg = {
-        "impl": advantages_target,
-        "loss": loss_target,
-        "layout": layout,
-        "world_size": W,
-        "backend": backend,
-        "seed": seed,
-        "timeout": timeout,
-        "aggregation": aggregation,
-        "loss_scale": loss_scale,
-        "plan": plan,
-    }
-    start = time.monotonic()
-    prop = f"scaleout[W={W},M={','.join(map(str, Ms))}]"
-    try:
-        for attempt in range(3):  # another program may take the free port before rank 0 binds it
-            cfg["port"] = _free_port()
-            try:
-                raw = _launch(cfg, W, timeout)
-                break
-            except _RunError as exc:
-                if attempt == 2 or "address already in use" not in str(exc.args[1]).lower():
-                    raise
-    except _RunError as exc:
-        results: list[ScaleoutResult] = [ScaleoutResult(prop, "FAIL", None, str(exc.args[0]))]
-    else:
-        runs = {tuple(key): r for key, r in zip(plan, raw, strict=True) if r is not None}
-        results = _analyse(
-            runs,
-            batch,
-            W=W,
-            Ms=Ms,
-            split=split,
-            aggregation=aggregation,
-            loss_scale=loss_scale,
-            constant=aggregation_constant,
-        )
-    return ScaleoutReport(tuple(results), W, Ms, backend, time.monotonic() - start)
+    job = ScaleoutJob(
+        advantages_target,
+        loss_target,
+        layout=layout,
+        micro_batches=micro_batches,
+        split=split,
+        aggregation=aggregation,
+        loss_scale=loss_scale,
+        timeout=timeout,
+        seed=seed,
+        aggregation_constant=aggregation_constant,
+    )
+    (report,) = run_scaleout_many([job], world_size=world_size, backend=backend)
+    return report
 
 
 # ---------------------------------------------------------------------------
