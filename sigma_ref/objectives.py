@@ -99,7 +99,14 @@ def _constant(mode: str, constant: float | None, horizon: int) -> float:
     return float(constant)
 
 
-def aggregation_weights(mask: Any, mode: str, *, constant: float | None = None) -> torch.Tensor:
+def aggregation_weights(
+    mask: Any,
+    mode: str,
+    *,
+    constant: float | None = None,
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> torch.Tensor:
     """Per-token loss weights ``w [N, T]`` of an aggregation mode, with ``L = sum_it w_it ell_it``.
 
     With ``N_tok = sum mask``, ``N_seq`` = rows with at least one token (verl drops empty rows
@@ -117,6 +124,10 @@ def aggregation_weights(mask: Any, mode: str, *, constant: float | None = None) 
     (:func:`resolve_aggregation`). The identity's per-response score is
     ``s_i = G * sum_t w_it grad log pi(y_it)``.
 
+    ``num_tokens``, ``num_seqs``: the counts ``N_tok``, ``N_seq`` of the *whole* batch when
+    ``mask`` is one piece of it (a rank's micro-batch): the pieces' weights are then the
+    full batch's rows (docs/spec.md §7, level 5). Default: counted on ``mask``.
+
     >>> mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
     >>> aggregation_weights(mask, "seq-mean-token-mean")
     tensor([[0.2500, 0.2500, 0.0000, 0.0000],
@@ -127,13 +138,24 @@ def aggregation_weights(mask: Any, mode: str, *, constant: float | None = None) 
     mode = resolve_aggregation(mode)
     m = _mask(mask)
     c = _constant(mode, constant, m.shape[1])
-    n_tok = m.sum()
+    n_tok = m.sum() if num_tokens is None else _count(num_tokens, "num_tokens", "unmasked tokens")
     if mode == "token-mean" and n_tok == 0:
         raise ValueError("mask has no unmasked token; token-mean of an empty batch is undefined")
-    n_seq = (m.sum(-1) > 0).sum().to(torch.float64)
+    n_seq = (
+        (m.sum(-1) > 0).sum().to(torch.float64)
+        if num_seqs is None
+        else _count(num_seqs, "num_seqs", "non-empty responses")
+    )
     if mode.startswith("seq-mean") and n_seq == 0:
         raise ValueError(f"mask has no non-empty row; {mode} of an empty batch is undefined")
     return _weights_from_counts(m, mode, n_tok, n_seq, c)
+
+
+def _count(value: float, name: str, what: str) -> torch.Tensor:
+    """A whole batch's count, validated: a positive finite number."""
+    if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={value!r} must be a positive number: the {what} of the whole batch")
+    return torch.tensor(float(value), dtype=torch.float64)
 
 
 def detect_aggregation(weights: Any, mask: Any, *, rtol: float = _TOL) -> tuple[str, float | None] | None:

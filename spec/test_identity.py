@@ -44,6 +44,7 @@ from sigma_ref.conformance.inputs import (
     needs_loss,
     needs_policy_loss,
     seeded,
+    single_process_globals,
 )
 from sigma_ref.conformance.precision import COUNT_EPS_RTOL, PRECISIONS, SAFETY, unit_roundoff
 from sigma_ref.conformance.reference import as_numpy
@@ -797,6 +798,7 @@ def _objective_gradient(
     assert ctx.adapter.loss is not None
     leaf = x["logp"].clone().requires_grad_(True)
     extra: dict[str, Any] = {k: x[k] for k in sorted(_loss_inputs(ctx))}
+    extra.update(single_process_globals(ctx, x["mask"]))
     out = guarded(ctx.adapter.loss, leaf, x["old_logp"], x["advantages"], x["mask"], what=call, **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]

@@ -20,11 +20,12 @@ from sigma_ref.conformance import scaleout
 from sigma_ref.conformance.scaleout import (
     ScaleoutJob,
     ScaleoutReport,
-    aggregation_weights,
     main,
     run_scaleout,
     run_scaleout_many,
 )
+from sigma_ref.conventions import AGGREGATION_MODES
+from sigma_ref.objectives import aggregation_weights
 from tests.gallery import scaleout_losses
 from tests.gallery.scaleout_losses import CORRECT, WRONG
 
@@ -68,22 +69,33 @@ def assert_all_gone(procs: list[subprocess.Popen], n: int) -> None:
 # no processes
 
 
-def test_aggregation_weights_by_hand() -> None:
-    """Each mode's w_it on a batch of lengths 2 and 1, T = 3 (3 tokens, 2 responses)."""
+def test_aggregation_weights_with_global_counts_by_hand() -> None:
+    """Each mode's w_it on a piece of lengths 2 and 1, T = 3, of a batch of 6 tokens, 4 responses.
+
+    The harness's prediction and oracle_loss use the oracle's weights with the whole batch's
+    counts: a piece's weights are the full batch's rows.
+    """
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     expected = {
-        "token-mean": [[1 / 3, 1 / 3, 0], [1 / 3, 0, 0]],
-        "seq-mean-token-mean": [[1 / 4, 1 / 4, 0], [1 / 2, 0, 0]],
-        "seq-mean-token-sum": [[1 / 2, 1 / 2, 0], [1 / 2, 0, 0]],
-        "seq-mean-token-sum-norm": [[1 / 3, 1 / 3, 0], [1 / 3, 0, 0]],
+        "token-mean": [[1 / 6, 1 / 6, 0], [1 / 6, 0, 0]],
+        "seq-mean-token-mean": [[1 / 8, 1 / 8, 0], [1 / 4, 0, 0]],
+        "seq-mean-token-sum": [[1 / 4, 1 / 4, 0], [1 / 4, 0, 0]],
+        "seq-mean-token-sum-norm": [[1 / 12, 1 / 12, 0], [1 / 12, 0, 0]],
         "token-sum": [[1, 1, 0], [1, 0, 0]],
     }
-    assert set(expected) == set(scaleout.AGGREGATIONS)
+    assert set(expected) == set(AGGREGATION_MODES)
     for mode, w in expected.items():
-        got = aggregation_weights(mode, mask, num_tokens=3, num_seqs=2, horizon=3)
+        got = aggregation_weights(mask, mode, num_tokens=6, num_seqs=4)
         torch.testing.assert_close(got, torch.tensor(w, dtype=torch.float64), msg=mode)
-    with pytest.raises(ValueError, match=r"aggregation='seq-mean'.*token-mean"):
-        aggregation_weights("seq-mean", mask, num_tokens=3, num_seqs=2, horizon=3)
+    full = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 0, 0]])
+    for mode in AGGREGATION_MODES:  # the first two rows of the full batch's weights
+        got = aggregation_weights(full[:2], mode, num_tokens=7, num_seqs=4)
+        torch.testing.assert_close(got, aggregation_weights(full, mode)[:2], msg=mode)
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match=r"num_tokens=.* must be a positive number"):
+            aggregation_weights(mask, "token-mean", num_tokens=bad)
+    with pytest.raises(ValueError, match=r"num_seqs=0 must be a positive number"):
+        aggregation_weights(mask, "seq-mean-token-sum", num_seqs=0)
 
 
 @pytest.mark.parametrize(
@@ -265,14 +277,14 @@ def test_cli_names_the_bug_class_with_its_factor(capsys: pytest.CaptureFixture[s
     assert "split='split-groups' needs layout 'index'" in capsys.readouterr().err
 
 
-def test_run_from_args_is_empty_unless_asked() -> None:
+def test_scaleout_arguments_come_from_the_option_table() -> None:
     import argparse
 
     p = argparse.ArgumentParser()
     scaleout.add_scaleout_arguments(p)
     args = p.parse_args(["--micro-batches", "1,2,3"])
     assert args.micro_batches == (1, 2, 3) and args.world_size is None
-    assert scaleout.run_from_args(p.parse_args([])) == []
+    assert (args.split, args.loss_scale, args.backend) == ("whole-groups", "none", "auto")
     with pytest.raises(SystemExit):
         p.parse_args(["--micro-batches", "0"])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,23 @@ def test_sigma_ref_check_with_a_declared_objective(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2, bad.stdout[-2000:] + bad.stderr[-2000:]
     assert "--objective ppo needs --aggregation" in bad.stdout + bad.stderr
+
+
+def test_sigma_ref_check_at_scale(tmp_path: Path) -> None:
+    """``sigma-ref check --world-size 2 --micro-batches 2``: levels 0 to 4 call a scale-out loss with one
+    process's globals (its token count all-reduced over a one-rank group), level 5 runs on two real
+    processes; a loss that normalises by the rank's own token count passes levels 0 to 4 and FAILs
+    level 5 with the bug class and its factor."""
+    argv = [str(BIN / "sigma-ref"), "check", "tests.gallery.correct:verl_index", "--layout", "index"]
+    scale = ["--aggregation", "token-mean", "--world-size", "2", "--micro-batches", "2"]
+    good = _run([*argv, "--loss", "tests.gallery.scaleout_losses:token_mean_all_reduce", *scale], tmp_path)
+    assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-2000:]
+    assert "aggregation: token-mean [declared, measured]" in good.stdout
+    assert re.search(r"^scale-out\s+3\s+0\s+0\s+0\s+0$", good.stdout, flags=re.MULTILINE), good.stdout[-3000:]
+    assert "result: CONFORMANT" in good.stdout
+    bad = _run([*argv, "--loss", "tests.gallery.scaleout_losses:token_mean_rank", *scale], tmp_path)
+    assert bad.returncode == 1, bad.stdout[-3000:] + bad.stderr[-2000:]
+    lines = [line for line in bad.stdout.splitlines() if line.startswith("FAIL ")]
+    assert lines and all("scaleout" in line for line in lines), bad.stdout[-3000:]
+    assert "token count not gathered across ranks" in bad.stdout
+    assert "result: NOT CONFORMANT" in bad.stdout

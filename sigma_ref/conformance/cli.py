@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from .._options import add_to_argparse
-from .scaleout import add_scaleout_arguments, run_from_args
 
 __all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary"]
 
@@ -241,7 +240,7 @@ def run_check(args: argparse.Namespace) -> int:
             print("result: NOT CONFORMANT (1 FAIL)")
             return 1
         if ended in (0, 1):
-            return max(ended, _scaleout(args))
+            return ended
         print(
             f"sigma-ref check: pytest ended with exit code {ended} (see above); no verdict", file=sys.stderr
         )
@@ -299,24 +298,10 @@ def add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--hypothesis-seed", type=int, help="hypothesis seed (reproduces a random run)")
     p.add_argument("--full", action="store_true", help="show each failure's full message")
-    add_scaleout_arguments(p)
+    add_to_argparse(
+        p.add_argument_group("scale-out (level 5, real torch.distributed processes)"), group="scale-out"
+    )
     p.set_defaults(run=run_check)
-
-
-def _scaleout(args: argparse.Namespace) -> int:
-    """Level 5 after the suite, when --world-size or --micro-batches is given: 1 if a check FAILs."""
-    if getattr(args, "world_size", None) is None and getattr(args, "micro_batches", None) is None:
-        return 0
-    if args.aggregation is not None:
-        from ..objectives import resolve_aggregation
-
-        args.aggregation = resolve_aggregation(args.aggregation)
-    args.seed = args.hypothesis_seed
-    results = run_from_args(args)
-    print("sigma-ref scale-out (level 5, torch.distributed):")
-    for r in results:
-        print(r.line())
-    return 1 if any(r.verdict == "FAIL" for r in results) else 0
 
 
 def _detect_here(args: argparse.Namespace) -> int:

@@ -151,6 +151,7 @@ def call_loss(
     # or k3 term has no gradient there) and rollout_logp = old_logp (importance weight 1)
     neutral = {"ref_logp": logp.detach(), "rollout_logp": old.detach()}
     extra: dict[str, Any] = {k: neutral[k] for k in sorted(required_extras(ctx.adapter.loss))}
+    extra.update(single_process_globals(ctx, mask))
     out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}", **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]  # (loss, metrics), as many trainers return
@@ -159,6 +160,45 @@ def call_loss(
             f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor"
         )
     return out.reshape(())
+
+
+def single_process_globals(ctx: Context, mask: torch.Tensor) -> dict[str, Any]:
+    """The level-5 globals the loss declares (``global_num_tokens``, ``world_size``, ...), for one
+    process and one micro-batch: the batch counts of ``mask``, ``W = M = 1``
+    (:func:`~sigma_ref.conformance.scaleout.loss_globals`). A loss written for scale-out runs at
+    levels 0 to 4 unchanged; ``process_group`` is a one-rank group of this process
+    (:func:`one_rank_group`)."""
+    from .scaleout import declared_globals, loss_globals
+
+    assert ctx.adapter.loss is not None
+    names = declared_globals(ctx.adapter.loss)
+    if not names:
+        return {}
+    group = one_rank_group() if "process_group" in names else None
+    declared = ctx.adapter.aggregation
+    if declared is not None:
+        from ..conventions import resolve_aggregation
+
+        declared = resolve_aggregation(declared)
+    values = loss_globals(mask, process_group=group, aggregation=declared)
+    return {k: values[k] for k in names}
+
+
+def one_rank_group() -> Any:
+    """A ``torch.distributed`` group of this process alone, for a loss that all-reduces its counts.
+
+    When no process group exists yet, this starts a one-rank gloo group on an in-memory store
+    (no port, no file) and keeps it for the session; when one exists with a single rank, it is
+    used; in a multi-rank process the default group (None) is passed, as a trainer would.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return None
+    if not dist.is_initialized():
+        store = dist.HashStore()  # type: ignore[attr-defined]  # exported at run time, not in the stubs
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    return dist.group.WORLD if dist.get_world_size() == 1 else None
 
 
 #: The keyword inputs a loss may take beyond ``(logp, old_logp, advantages, mask)``.

@@ -14,7 +14,8 @@ nccl when every rank has a CUDA device), never on ranks simulated in one process
    then averaged over ranks as DDP does: ``all_reduce(SUM) / W``.
 3. Rank 0's gradient is compared with (a) the single-process full-batch gradient of the same
    code (W = 1, M = 1) and (b) the prediction ``-sum_it w_it A_i grad log pi(y_it)`` under the
-   declared aggregation with global normalisers (``w_it`` from :func:`aggregation_weights`).
+   declared aggregation with global normalisers (``w_it`` from
+   :func:`sigma_ref.objectives.aggregation_weights` with the whole batch's counts).
 
 **Scaling convention** (``loss_scale``): with ``"none"`` (the default) the harness adds the
 micro-batch gradients as they are, so the loss must normalise globally itself (verl's
@@ -58,7 +59,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeAlias, TypedDict, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
@@ -67,36 +68,28 @@ import torch
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-from ..objectives import aggregation_weights as objective_weights
+from ..conventions import AGGREGATION_MODES
+from ..objectives import aggregation_weights
 from .adapter import LAYOUTS, Adapter, load_object
 
 __all__ = [
-    "AGGREGATIONS",
     "GLOBALS",
+    "declared_globals",
+    "loss_globals",
     "HORIZON",
     "LOSS_SCALES",
     "SPLITS",
     "ScaleoutJob",
     "ScaleoutResult",
     "ScaleoutReport",
-    "aggregation_weights",
     "oracle_advantages",
     "oracle_loss",
     "run_scaleout",
     "run_scaleout_many",
     "add_scaleout_arguments",
-    "run_from_args",
     "main",
 ]
 
-#: verl's loss_agg_mode names (the five modes of SPEC section 7 level 2).
-AGGREGATIONS: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-    "token-sum",
-)
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
 SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 
@@ -117,6 +110,63 @@ GLOBALS: dict[str, str] = {
     "process_group": "the torch.distributed group of the W ranks (for losses that all-reduce)",
     "aggregation": "the declared aggregation mode, or None",
 }
+
+
+def loss_globals(
+    micro_mask: Any,
+    *,
+    rank_mask: Any = None,
+    global_mask: Any = None,
+    world_size: int = 1,
+    rank: int = 0,
+    micro_batches: int = 1,
+    micro_batch_index: int = 0,
+    process_group: ProcessGroup | None = None,
+    aggregation: str | None = None,
+) -> dict[str, Any]:
+    """The value of every :data:`GLOBALS` name for one micro-batch (masks ``[n, T]``, numpy or torch).
+
+    ``rank_mask``, ``global_mask``: this rank's shard and the whole batch, by default the
+    micro-batch itself (one process, one micro-batch: levels 0 to 4 call a loss that way).
+
+    >>> m = np.array([[1, 1, 0], [0, 0, 0]])
+    >>> g = loss_globals(m)
+    >>> g["global_num_tokens"], g["global_num_seqs"], g["rank_num_seqs"], g["horizon"], g["world_size"]
+    (2, 1, 2, 3, 1)
+    """
+    rank_mask = micro_mask if rank_mask is None else rank_mask
+    global_mask = rank_mask if global_mask is None else global_mask
+    return {
+        "global_num_tokens": int(global_mask.sum()),
+        "global_num_seqs": int((global_mask.sum(-1) > 0).sum()),
+        "rank_num_tokens": int(rank_mask.sum()),
+        "rank_num_seqs": int(rank_mask.shape[0]),
+        "micro_num_tokens": int(micro_mask.sum()),
+        "micro_num_seqs": int(micro_mask.shape[0]),
+        "horizon": int(global_mask.shape[-1]),
+        "world_size": world_size,
+        "dp_size": world_size,
+        "rank": rank,
+        "micro_batches": micro_batches,
+        "micro_batch_index": micro_batch_index,
+        "process_group": process_group,
+        "aggregation": aggregation,
+    }
+
+
+def declared_globals(fn: Callable[..., Any]) -> list[str]:
+    """The :data:`GLOBALS` names ``fn`` takes by keyword after its four positional inputs.
+
+    >>> declared_globals(lambda logp, old_logp, advantages, mask, *, global_num_tokens, ref_logp=None: 0)
+    ['global_num_tokens']
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())[4:]
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.name in GLOBALS and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
 #: What the harness can pass to an advantage function.
 ADVANTAGE_GLOBALS: tuple[str, ...] = ("process_group", "rank", "world_size", "dp_size")
 
@@ -128,43 +178,6 @@ _Key: TypeAlias = "tuple[int, int, str]"
 
 # ---------------------------------------------------------------------------
 # the prediction
-
-
-def aggregation_weights(
-    mode: str, mask: torch.Tensor, *, num_tokens: float, num_seqs: float, horizon: float
-) -> torch.Tensor:
-    """Per-token weights ``w_it`` of the loss ``-sum_it w_it A_i log pi(y_it)``, global normalisers.
-
-    ``num_tokens``, ``num_seqs``: unmasked tokens and responses of the *whole* batch (every
-    rank and micro-batch); ``horizon``: the constant of ``seq-mean-token-sum-norm``.
-
-    ===========================  ================================
-    ``token-mean``               ``mask_it / num_tokens``
-    ``seq-mean-token-mean``      ``mask_it / (num_seqs * |y_i|)``
-    ``seq-mean-token-sum``       ``mask_it / num_seqs``
-    ``seq-mean-token-sum-norm``  ``mask_it / horizon``
-    ``token-sum``                ``mask_it``
-    ===========================  ================================
-
-    Private stand-in for the oracle's aggregation weights (``sigma_ref.objectives``): the
-    lead switches this to the oracle's helper when merging.
-
-    >>> m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    >>> aggregation_weights("seq-mean-token-mean", m, num_tokens=3, num_seqs=2, horizon=3).tolist()
-    [[0.25, 0.25, 0.0], [0.5, 0.0, 0.0]]
-    """
-    m = mask.to(torch.float64)
-    if mode == "token-mean":
-        return m / num_tokens
-    if mode == "seq-mean-token-mean":
-        return m / (num_seqs * m.sum(-1, keepdim=True).clamp(min=1.0))
-    if mode == "seq-mean-token-sum":
-        return m / num_seqs
-    if mode == "seq-mean-token-sum-norm":
-        return m / horizon
-    if mode == "token-sum":
-        return m
-    raise ValueError(f"aggregation={mode!r} is not a loss aggregation; use one of {AGGREGATIONS}")
 
 
 def oracle_loss(
@@ -192,10 +205,14 @@ def oracle_loss(
     """
     if aggregation is None:
         raise ValueError(
-            "oracle_loss needs a declared aggregation: pass aggregation=one of " + str(AGGREGATIONS)
+            "oracle_loss needs a declared aggregation: pass aggregation=one of " + str(AGGREGATION_MODES)
         )
     w = aggregation_weights(
-        aggregation, mask, num_tokens=global_num_tokens, num_seqs=global_num_seqs, horizon=horizon
+        mask,
+        aggregation,
+        num_tokens=global_num_tokens,
+        num_seqs=global_num_seqs,
+        constant=horizon if aggregation == "seq-mean-token-sum-norm" else None,
     ).to(logp.dtype)
     ratio = torch.exp(logp - old_logp)
     adv = advantages.reshape(-1, 1).to(logp.dtype)
@@ -499,11 +516,6 @@ def _run_job(
     tokens = torch.tensor(batch.tokens, device=device)
     mask = torch.tensor(batch.mask, device=device)
     rewards = torch.tensor(batch.rewards, device=device)
-    totals = {
-        "global_num_tokens": int(batch.mask.sum()),
-        "global_num_seqs": int((batch.mask.sum(-1) > 0).sum()),
-        "horizon": _T,
-    }
     results: list[_Run | None] = []
     for w, m, split in job["plan"]:
         group = world if w == W else solo
@@ -524,15 +536,19 @@ def _run_job(
             )
         theta = torch.tensor(batch.theta, device=device, requires_grad=True)
         pieces = np.array_split(np.arange(len(rows)), m)
-        env.update(totals, micro_batches=m, aggregation=job["aggregation"])
-        env.update(rank_num_tokens=int(batch.mask[rows].sum()), rank_num_seqs=len(rows))
         for j, piece in enumerate(pieces):
             r = rows_t[torch.tensor(piece, device=device)]
             logp = _token_logp(theta, feats[r], tokens[r])
-            env.update(
+            values = loss_globals(
+                batch.mask[rows[piece]],
+                rank_mask=batch.mask[rows],
+                global_mask=batch.mask,
+                world_size=w,
+                rank=rank,
+                micro_batches=m,
                 micro_batch_index=j,
-                micro_num_tokens=int(batch.mask[rows[piece]].sum()),
-                micro_num_seqs=len(piece),
+                process_group=group,
+                aggregation=job["aggregation"],
             )
             say(f"the loss at {tag}, micro-batch {j}")
             out = loss_fn(
@@ -540,7 +556,7 @@ def _run_job(
                 logp.detach(),
                 adv[torch.tensor(piece, device=device)],
                 mask[r],
-                **{k: env[k] for k in loss_kw},
+                **{k: values[k] for k in loss_kw},
             )
             value = out[0] if isinstance(out, (tuple, list)) else out
             if not isinstance(value, torch.Tensor) or value.numel() != 1:
@@ -773,13 +789,8 @@ def _prediction(
     theta = torch.tensor(batch.theta, requires_grad=True)
     logp = _token_logp(theta, torch.tensor(batch.feats), torch.tensor(batch.tokens))
     mask = torch.tensor(batch.mask)
-    # the oracle's weights (sigma_ref.objectives); without a constant this harness's
-    # seq-mean-token-sum-norm divides by the horizon T alone, i.e. the oracle's 1 / (N_seq C)
-    # with C = T / N_seq; with one (verl's and TRL's C = T) it is the oracle's 1 / (N_seq C)
-    n_seq = float((mask.sum(-1) > 0).sum())
-    if mode == "seq-mean-token-sum-norm" and constant is None:
-        constant = _T / n_seq
-    w = objective_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
+    # the oracle's weights: seq-mean-token-sum-norm's 1 / (N_seq C), C = T unless declared
+    w = aggregation_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
     torch.autograd.backward(-(w * torch.tensor(advantages)[:, None] * logp).sum())
     grad = theta.grad
     if grad is None:  # pragma: no cover - logp depends on theta
@@ -840,7 +851,9 @@ def _analyse(
         results.append(ScaleoutResult(prop, "FAIL", None, msg))
 
     # the aggregation, on the full batch
-    matches = [mode for mode in AGGREGATIONS if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL]
+    matches = [
+        mode for mode in AGGREGATION_MODES if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL
+    ]
     detected = (
         f"detected on the full batch: {matches[0]}"
         if matches
@@ -1089,8 +1102,8 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         raise ValueError(f"split={split!r} must be one of {SPLITS}")
     if loss_scale not in LOSS_SCALES:
         raise ValueError(f"loss_scale={loss_scale!r} must be one of {LOSS_SCALES}")
-    if aggregation is not None and aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATIONS} or None (detect)")
+    if aggregation is not None and aggregation not in AGGREGATION_MODES:
+        raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATION_MODES} or None (detect)")
     constant = job.aggregation_constant
     if constant is not None and not (
         isinstance(constant, int | float) and math.isfinite(constant) and constant > 0
@@ -1224,10 +1237,10 @@ def run_scaleout(
     them; an :class:`~sigma_ref.conformance.Adapter` may carry the loss and layout).
     ``micro_batches``: M, or several (``(1, 2, 3)``: one verdict each, in the same processes).
     ``split``: ``whole-groups`` or ``split-groups`` (then only layout ``index`` fits).
-    ``aggregation``: the declared mode (one of :data:`AGGREGATIONS`) or None to detect.
+    ``aggregation``: the declared mode (one of :data:`AGGREGATION_MODES`) or None to detect.
     ``aggregation_constant``: the ``C`` of a declared ``seq-mean-token-sum-norm``, whose weights are
-    then the oracle's ``1 / (N_seq C)`` (verl's and TRL's ``C = T``); None keeps this harness's
-    ``1 / T`` (the token sum over the horizon alone).
+    the oracle's ``1 / (N_seq C)``; None means ``C = T``, the padded length (verl's and TRL's
+    default).
     ``loss_scale``: ``none`` or ``mean-over-micro-batches`` (module doc). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
 
@@ -1263,71 +1276,15 @@ def run_scaleout(
 # command line
 
 
-def _counts(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count or a list like 1,2,3") from None
-    if not all(v >= 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: micro-batch counts must be >= 1")
-    return values
-
-
 def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--world-size``, ``--micro-batches``, ``--split``, ``--loss-scale``, ``--scaleout-timeout``.
+    """Add the level-5 options (``--world-size``, ``--micro-batches``, ``--split``, ``--loss-scale``,
+    ``--scaleout-timeout``, ``--backend``) from the one option table, ``sigma_ref._options``."""
+    from .._options import add_to_argparse
 
-    ``--aggregation``, ``--layout``, ``--loss`` and the implementation are read from the same
-    namespace when the parser has them (``sigma-ref check`` does).
-    """
-    g = parser.add_argument_group("scale-out (level 5, real torch.distributed processes)")
-    g.add_argument("--world-size", type=int, metavar="W", help="data-parallel ranks (starts W processes)")
-    g.add_argument(
-        "--micro-batches",
-        type=_counts,
-        metavar="M",
-        help="micro-batches per rank (gradient accumulation); several as 1,2,3",
+    add_to_argparse(
+        parser.add_argument_group("scale-out (level 5, real torch.distributed processes)"),
+        group="scale-out",
     )
-    g.add_argument(
-        "--split", choices=SPLITS, default="whole-groups", help="how groups are sharded over ranks"
-    )
-    g.add_argument(
-        "--loss-scale",
-        choices=LOSS_SCALES,
-        default="none",
-        help="none: micro-batch gradients are added as they are; mean-over-micro-batches: each loss "
-        "is divided by M first",
-    )
-    g.add_argument(
-        "--scaleout-timeout",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="seconds before a hung rank fails the check",
-    )
-    g.add_argument(
-        "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="torch.distributed backend"
-    )
-
-
-def run_from_args(args: argparse.Namespace) -> list[ScaleoutResult]:
-    """The level-5 results for parsed arguments; ``[]`` without --world-size and --micro-batches."""
-    W, M = getattr(args, "world_size", None), getattr(args, "micro_batches", None)
-    if W is None and M is None:
-        return []
-    report = run_scaleout(
-        args.impl,
-        getattr(args, "loss", None),
-        layout=getattr(args, "layout", None),
-        world_size=W or 1,
-        micro_batches=M or 1,
-        split=getattr(args, "split", "whole-groups"),
-        aggregation=getattr(args, "aggregation", None),
-        loss_scale=getattr(args, "loss_scale", "none"),
-        timeout=getattr(args, "scaleout_timeout", 120.0),
-        seed=getattr(args, "seed", None) or 0,
-        backend=getattr(args, "backend", "auto"),
-    )
-    return list(report.results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1340,7 +1297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--impl", required=True, help="pkg.module:attr of the advantage function (or an Adapter)")
     p.add_argument("--layout", choices=LAYOUTS, help="how the advantage function is called")
     p.add_argument("--loss", help="pkg.module:attr of loss(logp, old_logp, advantages, mask, **globals)")
-    p.add_argument("--aggregation", choices=AGGREGATIONS, help="the declared aggregation (default: detect)")
+    p.add_argument(
+        "--aggregation", choices=AGGREGATION_MODES, help="the declared aggregation (default: detect)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the designed batch")
     add_scaleout_arguments(p)
     args = p.parse_args(argv)

@@ -48,9 +48,9 @@ def seq_mean_token_sum(logp, old_logp, advantages, mask, *, global_num_seqs, wor
     return (_per_token(logp, old_logp, advantages) * mask).sum() / global_num_seqs * world_size
 
 
-def seq_mean_token_sum_norm(logp, old_logp, advantages, mask, *, horizon, world_size):  # type: ignore[no-untyped-def]
-    """seq-mean-token-sum-norm (Dr. GRPO): the token sum over one constant, the horizon T."""
-    return (_per_token(logp, old_logp, advantages) * mask).sum() / horizon * world_size
+def seq_mean_token_sum_norm(logp, old_logp, advantages, mask, *, global_num_seqs, horizon, world_size):  # type: ignore[no-untyped-def]
+    """seq-mean-token-sum-norm (Dr. GRPO, verl 0.9.1): the token sum over N_seq * T, both global."""
+    return (_per_token(logp, old_logp, advantages) * mask).sum() / (global_num_seqs * horizon) * world_size
 
 
 def token_sum(logp, old_logp, advantages, mask, *, world_size):  # type: ignore[no-untyped-def]
@@ -132,7 +132,7 @@ def token_mean_rank(logp, old_logp, advantages, mask, *, rank_num_tokens, world_
 
 
 def sum_norm_per_micro_batch(logp, old_logp, advantages, mask, *, world_size):  # type: ignore[no-untyped-def]
-    """seq-mean-token-sum-norm as verl wrote it before global normalisers: token sum over T per micro-batch.
+    """seq-mean-token-sum-norm as verl 0.4.1-0.6.0 wrote it: the token sum over T alone, per micro-batch.
 
     Run with the trainer's 1/M (``loss_scale='mean-over-micro-batches'``) the update is 1/M of
     the full batch's: it grows with the micro-batch size.
