@@ -1,6 +1,6 @@
 # make demo: set up .venv and run the main job; make test: the fast tier (unit, property and proof
-# tests, no slow ones); make test-all: ruff and every test, with the
-# peers installed (what CI runs); make lint: ruff and mypy only.
+# tests, no slow ones); make test-all: ruff, mypy and every test, with the peers installed (what CI
+# runs); make lint: ruff and mypy only.
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
@@ -33,9 +33,8 @@ XDIST := -n auto --dist loadfile
 test: install
 	$(PY) -m pytest $(XDIST) -m "not slow"
 
-# ruff first: an unformatted file fails CI before the long test run starts. mypy runs in
-# `make lint` only until its last errors (conformance/scaleout.py, advantages.py) are fixed.
-test-all: install peers ruff
+# lint first: an unformatted file or a type error fails CI before the long test run starts
+test-all: install peers lint
 	$(PY) -m pytest $(XDIST)
 
 ruff: install

@@ -13,10 +13,20 @@ import torch
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The project's own tests use the suite's hypothesis profiles (``ci`` under CI, else ``dev``)."""
+    """The project's own tests use the suite's hypothesis profiles (``ci`` under CI, else ``dev``).
+
+    Under pytest-xdist (``make test``: one worker per core) each worker, and every process it
+    starts, runs torch on one intra-op thread: the tests' tensors are tiny, and two workers with a
+    thread pool each on two cores made small ops such as ``index_add_`` 100x slower.
+    """
+    import os
+
     from sigma_ref.pytest_plugin import load_suite_profile
 
     load_suite_profile(config)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -540,6 +540,19 @@ def test_verdicts_do_not_depend_on_seed_or_threads() -> None:
     assert {k: (a[k], b[k]) for k in a if a[k] != b[k]} == {}
 
 
+def test_matrix_runs_on_the_threads_it_is_given_and_restores_them() -> None:
+    """``run_matrix(threads=n)`` runs torch on ``n`` intra-op threads and gives the caller's back."""
+    import torch
+
+    from sigma_ref.conformance.matrix import _matrix_profile
+
+    before = torch.get_num_threads()
+    for threads in (1, 2):
+        with _matrix_profile(threads):
+            assert torch.get_num_threads() == threads
+        assert torch.get_num_threads() == before
+
+
 def test_matrix_and_cli_register_without_the_suites_machinery() -> None:
     """The matrix's columns are the suite's levels, and the CLI and the matrix import neither
     hypothesis nor pytest until the suite runs (``sigma-ref audit`` stays light)."""

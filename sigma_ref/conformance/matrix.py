@@ -92,15 +92,14 @@ def _matrix_profile(threads: int = 1) -> Iterator[None]:
         print_blob=False,
         suppress_health_check=list(HealthCheck),
     )
-    previous = settings.get_current_profile_name()
-    threads = torch.get_num_threads()
+    previous, previous_threads = settings.get_current_profile_name(), torch.get_num_threads()
     settings.load_profile(_PROFILE)
     torch.set_num_threads(threads)
     try:
         yield
     finally:
         settings.load_profile(previous)
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous_threads)
 
 
 def adapter_module(name: str) -> types.ModuleType:
