@@ -669,12 +669,93 @@ def _generated(obj: Objective, drawn: _Drawn, margin: float) -> dict[str, torch.
 @dataclasses.dataclass(frozen=True)
 class _Alternative:
     """What the code may compute instead of the declared objective: ``objective``, with its KL term's
-    sign ``kl_sign`` and, where given, importance weights ``rho`` of the code's own making."""
+    sign ``kl_sign`` and, where given, importance weights ``rho`` of the code's own making, or its
+    gradient ``terms`` outright (where no weight expresses it)."""
 
     what: str
     objective: Objective
     kl_sign: float = 1.0
     rho: torch.Tensor | None = None
+    terms: dict[str, torch.Tensor] | None = None
+
+
+def _declared_rho(obj: Objective, x: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The declared importance weights on ``x`` (the mask where none is declared)."""
+    if obj.tis_cap is None:
+        return x["mask"]
+    return importance_weights(
+        x["old_logp"], x["rollout_logp"], x["mask"], cap=obj.tis_cap, level=obj.tis_level, mode=obj.tis_mode
+    )
+
+
+def _row_chunks(n: int, parts: int) -> list[list[tuple[int, int]]]:
+    """The ways trainers cut ``n`` rows into ``parts`` consecutive micro-batches: ``np.array_split``'s
+    (the first ones one row longer) and ``k * n // parts`` boundaries (the last ones longer)."""
+    split = [0, *np.cumsum([len(a) for a in np.array_split(np.arange(n), parts)]).tolist()]
+    floor = [k * n // parts for k in range(parts + 1)]
+    return [list(itertools.pairwise(b)) for b in {tuple(split): None, tuple(floor): None}]
+
+
+def _structural_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[_Alternative]:
+    """Bugs that change the gradient's structure, not a parameter: a dual clip on both signs, CISPO's
+    cap taken as eps_high itself, GSPO's summed log-ratio, a token count per micro-batch."""
+    alt: list[_Alternative] = []
+    m, adv = x["mask"], x["advantages"]
+    rho = _declared_rho(obj, x)
+    a = adv[:, None].expand(m.shape) if adv.dim() == 1 else adv
+    if obj.kind == "ppo" and obj.dual_clip is not None:
+        alt.append(
+            _Alternative(
+                f"the dual clip is applied for A > 0 too: max(min(...), {obj.dual_clip:g} A) on every token "
+                "makes the loss the constant -c A wherever A > 0, so those tokens get no gradient; apply it "
+                "only where A < 0",
+                obj,
+                rho=rho * (a < 0),
+            )
+        )
+    if obj.kind == "cispo" and obj.eps_high is not None and obj.eps_high > 0:
+        lo, hi = obj.clip_range
+        r = torch.exp((x["logp"] - x["old_logp"]) * m)
+        alt.append(
+            _Alternative(
+                f"the CISPO weight is capped at eps_high = {obj.eps_high:g} itself (TRL's absolute "
+                f"epsilon_high: clamp(r, max={obj.eps_high:g})), not at 1 + eps_high = {hi:g}",
+                obj,
+                rho=rho * r.clamp(max=obj.eps_high) / r.clamp(min=lo, max=hi),
+            )
+        )
+    if obj.kind == "gspo":
+        # exp(sum_t log r_t) is GSPO's ratio of log-probs scaled by |y_i|; the chain rule gives back |y_i|
+        length = m.sum(-1, keepdim=True).clamp(min=1)
+        scaled = dict(x, logp=x["logp"] * length, old_logp=x["old_logp"] * length)
+        policy = _objective_terms(obj, scaled, rho)["policy"] * length
+        alt.append(
+            _Alternative(
+                "the sequence ratio is the product exp(sum_t log r_t), not GSPO's geometric mean "
+                "exp(mean_t log r_t): the log-ratio is summed over the response, not averaged",
+                obj,
+                terms={"policy": policy, "kl": _objective_terms(obj, x)["kl"]},
+            )
+        )
+    if resolve_aggregation(obj.aggregation) == "token-mean":
+        tokens = m.sum()
+        for parts in (2, 3, 4):
+            for chunks in _row_chunks(int(m.shape[0]), parts):
+                count = torch.zeros_like(m)
+                for start, stop in chunks:
+                    count[start:stop] = m[start:stop].sum()
+                if bool((count == tokens / parts).all()):
+                    continue  # every micro-batch holds the same count: the same gradient
+                alt.append(
+                    _Alternative(
+                        f"the token count is taken per micro-batch: each of M = {parts} micro-batches "
+                        "(consecutive rows) is divided by its own token count and by M, not by the batch's "
+                        "token count (a per-micro-batch normaliser)",
+                        obj,
+                        rho=rho * tokens / (parts * count.clamp(min=1)),
+                    )
+                )
+    return alt
 
 
 def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[_Alternative]:
@@ -782,7 +863,7 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
                     ),
                 )
             )
-    return alt
+    return alt + _structural_alternatives(obj, x)
 
 
 def _loss_inputs(ctx: Context) -> set[str]:
@@ -989,8 +1070,15 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
         (
             a
             for a in _objective_alternatives(obj, x)
-            if (a.objective != obj or a.kl_sign < 0 or a.rho is not None)
-            and _agrees(g, a.objective, x, u, _objective_terms(a.objective, x, a.rho), a.kl_sign)
+            if (a.objective != obj or a.kl_sign < 0 or a.rho is not None or a.terms is not None)
+            and _agrees(
+                g,
+                a.objective,
+                x,
+                u,
+                a.terms if a.terms is not None else _objective_terms(a.objective, x, a.rho),
+                a.kl_sign,
+            )
         ),
         None,
     )

@@ -774,3 +774,64 @@ def test_scaleout_cell_on_real_processes(
     _module(peer)  # skipped with the reason when the peer is not installed
     got, results = scaleout_cells[(peer, mode)]
     assert got == text, [r.line() for r in results]
+
+
+def test_trl_vllm_importance_sampling_ratio_is_the_oracles_weight() -> None:
+    """TRL's own vLLM importance-sampling block (run as the adapter runs it) gives the oracle's
+    ``importance_weights`` in each of its four modes, on ratios on both sides of the cap 3."""
+    from sigma_ref.objectives import importance_weights
+
+    trl = _module("trl")
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    old = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    rollout = old - torch.tensor([[1.5, -0.5, 0.2, 9.0], [0.1, 0.3, 9.0, 9.0], [-2.0, 0.4, 0.4, 0.5]])
+    for mode in ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate"):
+        level, how = mode.split("_")
+        got = trl.vllm_importance_sampling_ratio(old, rollout, mask, mode=mode, clip_max=3.0)
+        want = importance_weights(old, rollout, mask, cap=3.0, level=level, mode=how)  # type: ignore[arg-type]
+        torch.testing.assert_close((got * mask).to(torch.float64), want, rtol=1e-12, atol=0.0, msg=mode)
+        raw = importance_weights(old, rollout, mask, cap=math.inf, level=level)  # type: ignore[arg-type]
+        assert bool((raw > 3.0).any() and ((raw < 3.0) & (mask > 0)).any()), mode  # both sides of the cap
+
+
+#: Each peer's rollout-correction rows: TRL's vLLM importance sampling, verl's rollout_correction,
+#: OpenRLHF's is_correction.
+ROLLOUT_CORRECTION_ROWS = {
+    "trl": [f"loss[dapo, vllm {m}_{how}]" for m in ("sequence", "token") for how in ("mask", "truncate")],
+    "verl": ["rollout_corr[token]", "rollout_corr[sequence]"],
+    "openrlhf": ["policy[is_correction token clip 0,2]", "policy[is_correction token mask 0,2]"],
+}
+
+
+@pytest.mark.parametrize("peer", sorted(ROLLOUT_CORRECTION_ROWS))
+def test_rollout_correction_modes_are_told_apart(peer: str) -> None:
+    """Each rollout-correction row passes loss_objective only under its own weight: declared with
+    another row's level or mode, or with no importance weight, the same loss FAILs (the property can
+    tell them apart on its generated rollout log-probs)."""
+    import dataclasses
+
+    module = _module(peer)
+    rows = ROLLOUT_CORRECTION_ROWS[peer]
+    objectives = {mode: module.ADAPTERS[mode].objective for mode in rows}
+    objectives["no IS"] = dataclasses.replace(objectives[rows[0]], tis_cap=None)
+    verdicts = {}
+    for mode in rows:
+        for declared, objective in objectives.items():
+            adapter = dataclasses.replace(module.ADAPTERS[mode], objective=objective)
+            (r,) = run_adapter(adapter, max_examples=10, names=["loss_objective"])[0]
+            verdicts[mode, declared] = r["verdict"]
+    expected = {(m, d): "NOTE" if d == m else "FAIL" for m in rows for d in objectives}
+    assert verdicts == expected
+
+
+def test_trl_stand_ins_survive_a_later_config() -> None:
+    """Building a GRPOConfig resets accelerate's shared state; a TRL loss built before still computes
+    (the adapter sets the state up again), whatever the order tests or matrix rows run in."""
+    trl = _module("trl")
+    loss = trl.ADAPTERS["loss[dapo, vllm token_truncate]"].loss
+    logp = torch.log(torch.tensor([[0.5, 0.4], [0.3, 0.2]], dtype=torch.float64))
+    args = (logp, logp - 0.1, torch.tensor([1.0, -1.0], dtype=torch.float64), torch.ones(2, 2))
+    before = loss(*args, rollout_logp=logp - 0.5)
+    trl._config("grpo", (), 2)
+    torch.testing.assert_close(loss(*args, rollout_logp=logp - 0.5), before, rtol=0.0, atol=0.0)

@@ -60,11 +60,15 @@ __all__ = [
     "OBJECTIVES",
     "OBJECTIVE_NOTES",
     "VARIANTS",
+    "VLLM_IS",
+    "NOTES",
     "SCALEOUT",
     "AT_SCALE",
     "available",
     "unavailable",
     "advantage_block",
+    "importance_sampling_block",
+    "vllm_importance_sampling_ratio",
 ]
 
 PEER = Peer("trl", "trl", "1.16.0", title="TRL")
@@ -134,6 +138,83 @@ def advantage_block() -> tuple[types.CodeType, str]:
     path = inspect.getsourcefile(method) or "grpo_trainer.py"
     where = f"{path}:{body[i0].lineno + first - 1}-{body[i1].end_lineno + first - 1}"
     return compile(module, path, "exec"), where
+
+
+#: The test of TRL's vLLM importance-sampling block in ``_generate_and_score_completions``.
+_IS_TEST = "self.use_vllm and self.vllm_importance_sampling_correction"
+
+
+@lazy
+def importance_sampling_block() -> tuple[types.CodeType, str]:
+    """TRL's inline vLLM importance-sampling statements, compiled, and where they are.
+
+    The ``if self.use_vllm and self.vllm_importance_sampling_correction:`` block of
+    ``_generate_and_score_completions`` that turns ``old_per_token_logps`` (the trainer's) and
+    ``sampling_per_token_logps`` (vLLM's) into ``vllm_importance_sampling_ratio`` under
+    ``vllm_importance_sampling_mode`` and its clip bounds; ``_compute_loss`` multiplies the
+    per-token loss by it. It needs a vLLM rollout to run in place, so the adapter runs the block
+    itself, as it runs the inline advantage block (:func:`advantage_block`).
+    """
+    gt = _grpo_module()
+    method = gt.GRPOTrainer._generate_and_score_completions
+    lines, first = inspect.getsourcelines(method)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    found = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and ast.unparse(node.test) == _IS_TEST
+        and any(
+            isinstance(s, ast.stmt) and _assigns(s, "vllm_importance_sampling_ratio", "torch.exp")
+            for s in ast.walk(node)
+        )
+    ]
+    if len(found) != 1:
+        raise RuntimeError(
+            f"trl {PEER.version}: {len(found)} blocks `if {_IS_TEST}:` computing "
+            "vllm_importance_sampling_ratio = torch.exp(...) in GRPOTrainer._generate_and_score_completions, "
+            "but should be 1; the adapter needs updating"
+        )
+    module = ast.Module(body=[found[0]], type_ignores=[])
+    ast.increment_lineno(module, first - 1)
+    path = inspect.getsourcefile(method) or "grpo_trainer.py"
+    where = f"{path}:{found[0].lineno + first - 1}-{found[0].end_lineno + first - 1}"  # type: ignore[operator]
+    return compile(module, path, "exec"), where
+
+
+def vllm_importance_sampling_ratio(
+    old_logp: torch.Tensor,
+    rollout_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    mode: str,
+    clip_max: float | None,
+    clip_min: float | None = None,
+) -> torch.Tensor:
+    """``vllm_importance_sampling_ratio`` as TRL 1.16.0 computes it (:func:`importance_sampling_block`).
+
+    ``[N, T]`` for the ``token_*`` modes, ``[N, 1]`` for the ``sequence_*`` modes.
+    """
+    gt = _grpo_module()
+    code, _where = importance_sampling_block()
+    trainer = types.SimpleNamespace(
+        use_vllm=True,
+        vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode=mode,
+        vllm_importance_sampling_clip_max=clip_max,
+        vllm_importance_sampling_clip_min=clip_min,
+    )
+    scope = dict(vars(gt))
+    scope.update(
+        self=trainer,
+        completion_mask=mask.to(torch.long),
+        tool_mask=None,
+        old_per_token_logps=old_logp.detach(),
+        sampling_per_token_logps=rollout_logp.detach(),
+    )
+    exec(code, scope)
+    out: torch.Tensor = scope["vllm_importance_sampling_ratio"]
+    return out
 
 
 def _advantages(
@@ -220,9 +301,14 @@ class _Processes:
 
 
 def _config(loss_type: str, options: tuple[tuple[str, Any], ...], accumulation: int) -> Any:
+    """A real ``GRPOConfig``. Building one (``TrainingArguments.__post_init__``) resets accelerate's
+    shared state, which every ``Accelerator`` reads (``num_processes``), so the state is set up again
+    at once: a stand-in built earlier keeps working whatever is built after it."""
+    from accelerate import Accelerator
+
     gt = _grpo_module()
     out = os.path.join(tempfile.gettempdir(), "sigma-ref-trl")  # never written: no training runs
-    return gt.GRPOConfig(
+    config = gt.GRPOConfig(
         output_dir=out,
         report_to=[],
         use_cpu=True,
@@ -230,14 +316,15 @@ def _config(loss_type: str, options: tuple[tuple[str, Any], ...], accumulation: 
         gradient_accumulation_steps=accumulation,
         **dict(options),
     )
+    Accelerator(cpu=True)
+    return config
 
 
 @functools.cache
 def _stand_in(loss_type: str, options: tuple[tuple[str, Any], ...] = ()) -> StandIn:
     from accelerate import Accelerator
 
-    args = _config(loss_type, options, 1)
-    return StandIn(args, Accelerator(cpu=True))  # after GRPOConfig: TrainingArguments resets the state
+    return StandIn(_config(loss_type, options, 1), Accelerator(cpu=True))
 
 
 @functools.cache
@@ -255,6 +342,7 @@ def _compute_loss(
     mask: torch.Tensor,
     num_items_in_batch: torch.Tensor,
     ref_logp: torch.Tensor | None = None,
+    importance_sampling_ratio: torch.Tensor | None = None,
 ) -> torch.Tensor:
     gt = _grpo_module()
     n, width = mask.shape
@@ -271,6 +359,8 @@ def _compute_loss(
     }
     if trainer.beta != 0.0:
         inputs["ref_per_token_logps"] = logp.detach() if ref_logp is None else ref_logp
+    if importance_sampling_ratio is not None:
+        inputs["importance_sampling_ratio"] = importance_sampling_ratio
     try:
         out: torch.Tensor = gt.GRPOTrainer._compute_loss(trainer, None, inputs)
         return out
@@ -301,6 +391,42 @@ def _loss(loss_type: str, **options: Any) -> Callable[..., torch.Tensor]:
     extra = "".join(f", {k}={v}" for k, v in frozen)
     fn.__name__ = f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}{extra}]"
     return fn
+
+
+@functools.cache
+def _stand_in_vllm(loss_type: str) -> StandIn:
+    """A stand-in of a trainer generating with vLLM (``use_vllm=True``): ``_compute_loss`` multiplies
+    the per-token loss by ``inputs["importance_sampling_ratio"]``. GRPOConfig is built without
+    ``use_vllm`` (it would look for a vLLM server); the flag is what ``__init__`` copies."""
+    from accelerate import Accelerator
+
+    trainer = StandIn(_config(loss_type, (), 1), Accelerator(cpu=True))
+    trainer.use_vllm = True
+    return trainer
+
+
+def _vllm_is_loss(loss_type: str, mode: str, clip_max: float) -> Callable[..., torch.Tensor]:
+    """``_compute_loss`` under vLLM's importance-sampling correction: the ratio from TRL's own block
+    (:func:`vllm_importance_sampling_ratio`) on the trainer's ``old_logp`` and the rollout's log-probs."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        rollout_logp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        rollout = old_logp if rollout_logp is None else rollout_logp
+        rho = vllm_importance_sampling_ratio(old_logp, rollout, mask, mode=mode, clip_max=clip_max)
+        trainer = _stand_in_vllm(loss_type)
+        items = mask.sum()
+        return _compute_loss(trainer, logp, old_logp, advantages, mask, items, importance_sampling_ratio=rho)
+
+    loss.__name__ = (
+        f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}, use_vllm, "
+        f"vllm_importance_sampling_mode={mode}, vllm_importance_sampling_clip_max={clip_max:g}]"
+    )
+    return loss
 
 
 def _at_scale(loss_type: str) -> Callable[..., torch.Tensor]:
@@ -435,6 +561,44 @@ ADAPTERS.update(
         for mode, (loss_type, options, objective) in VARIANTS.items()
     }
 )
+#: TRL generating with vLLM (``use_vllm=True``) corrects for the rollout engine with
+#: ``vllm_importance_sampling_correction`` (default True): each ``vllm_importance_sampling_mode``
+#: with the default ``vllm_importance_sampling_clip_max`` 3 (``sequence_mask`` is the default mode):
+#: ``mode: (loss_type, IS mode, declared objective)``.
+VLLM_CLIP_MAX = 3.0
+VLLM_IS: dict[str, tuple[str, str, Objective]] = {
+    f"loss[dapo, vllm {is_mode}]": (
+        "dapo",
+        is_mode,
+        _ppo(
+            "dapo",
+            tis_cap=VLLM_CLIP_MAX,
+            tis_level=is_mode.split("_")[0],
+            tis_mode=is_mode.split("_")[1],
+        ),
+    )
+    for is_mode in ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate")
+}
+ADAPTERS.update(
+    {
+        mode: _adapter(
+            _GROUP,
+            "trl",
+            f"scale_rewards=group + loss_type=dapo, use_vllm, vllm_importance_sampling_mode={is_mode}",
+            _vllm_is_loss(loss_type, is_mode, VLLM_CLIP_MAX),
+            loss_type,
+            objective,
+        )
+        for mode, (loss_type, is_mode, objective) in VLLM_IS.items()
+    }
+)
+
+#: The matrix's notes column.
+NOTES: dict[str, str] = {
+    mode: "vLLM is not run: the weight is TRL's own importance-sampling block "
+    "(_generate_and_score_completions) on the suite's old and rollout log-probs, clip_max 3."
+    for mode in VLLM_IS
+}
 
 #: What the loss types and variants without an oracle objective compute (the objective cell).
 OBJECTIVE_NOTES: dict[str, str] = {
@@ -455,6 +619,12 @@ LOSS_ONLY: dict[str, tuple[str, ...]] = {
     else ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
     for mode, (_t, options, objective) in VARIANTS.items()
 }
+LOSS_ONLY.update(
+    {
+        mode: ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+        for mode in VLLM_IS
+    }
+)
 
 #: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
 AT_SCALE = types.SimpleNamespace(**{t: _at_scale(t) for t in LOSS_TYPES})

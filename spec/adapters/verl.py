@@ -136,10 +136,12 @@ def _verl_loss(
     kl: str | None = None,
     kl_coef: float = 0.0,
     ref_logp: torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """verl's actor loss as ``workers/utils/losses.py:ppo_loss`` computes it: the registered policy
-    loss ``loss_mode`` with ``config.global_batch_info`` set (cleared again after the call), plus
-    ``kl_coef * agg_loss(kl_penalty(logp, ref_logp, kl))`` when ``kl`` is given."""
+    loss ``loss_mode`` with ``config.global_batch_info`` set (cleared again after the call) and the
+    batch's ``rollout_is_weights`` when given, plus ``kl_coef * agg_loss(kl_penalty(logp, ref_logp,
+    kl))`` when ``kl`` is given."""
     ca = _core_algos()
     config = _actor_config()
     info = config.global_batch_info
@@ -154,6 +156,7 @@ def _verl_loss(
             response_mask=mask,
             loss_agg_mode=agg,
             config=config,
+            rollout_is_weights=rollout_is_weights,
         )
         if kl is not None:
             ref = logp.detach() if ref_logp is None else ref_logp
@@ -189,6 +192,42 @@ def _kl_loss(kl: str, coef: float) -> Callable[..., torch.Tensor]:
         )
 
     loss.__name__ = f"verl_policy_loss_vanilla+kl_loss[{kl}, coef={coef:g}]"
+    return loss
+
+
+def _rollout_corr_loss(level: str, threshold: float) -> Callable[..., torch.Tensor]:
+    """The vanilla policy loss (token-mean) with verl's rollout correction
+    (``algorithm.rollout_correction.rollout_is=level``, ``rollout_is_threshold=threshold``): the weights
+    of ``compute_rollout_correction_and_rejection_mask(old_log_prob, rollout_log_prob, ...)`` (TIS:
+    ``exp(old - rollout)`` per token or its product per sequence, clamped at the threshold, detached),
+    passed to the loss as the batch's ``rollout_is_weights``, as ``ppo_loss`` passes them."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        rollout_logp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        _core_algos()
+        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+        rollout = old_logp if rollout_logp is None else rollout_logp
+        proto, _mask, _metrics = compute_rollout_correction_and_rejection_mask(
+            old_log_prob=old_logp.detach(),
+            rollout_log_prob=rollout.detach(),
+            response_mask=mask,
+            rollout_is=level,
+            rollout_is_threshold=threshold,
+        )
+        weights = proto.batch["rollout_is_weights"]
+        return _verl_loss(
+            "vanilla", "token-mean", logp, old_logp, advantages, mask, rollout_is_weights=weights
+        )
+
+    loss.__name__ = (
+        f"verl_policy_loss_vanilla+rollout_correction[rollout_is={level}, threshold={threshold:g}]"
+    )
     return loss
 
 
@@ -228,8 +267,8 @@ _EPS, _DUAL = 0.2, 3.0
 KL_COEF = 0.1
 
 
-def _ppo(mode: str) -> Objective:
-    return Objective("ppo", eps_low=_EPS, eps_high=_EPS, dual_clip=_DUAL, aggregation=mode)
+def _ppo(mode: str, **kw: Any) -> Objective:
+    return Objective("ppo", eps_low=_EPS, eps_high=_EPS, dual_clip=_DUAL, aggregation=mode, **kw)
 
 
 _GRPO = _estimator("grpo", norm_adv_by_std_in_grpo=True)
@@ -354,6 +393,23 @@ ADAPTERS.update(
     }
 )
 
+# verl's rollout correction (algorithm.rollout_correction: rollout_is token or sequence, TIS at the default
+# rollout_is_threshold 2), the weights multiplying the vanilla policy loss
+ROLLOUT_IS_THRESHOLD = 2.0
+_ROLLOUT_IS: tuple[str, ...] = ("token", "sequence")
+ADAPTERS.update(
+    {
+        f"rollout_corr[{level}]": _adapter(
+            _GRPO,
+            "verl",
+            f"grpo + vanilla + rollout_is={level}, rollout_is_threshold={ROLLOUT_IS_THRESHOLD:g}",
+            _rollout_corr_loss(level, ROLLOUT_IS_THRESHOLD),
+            objective=_ppo("token-mean", tis_cap=ROLLOUT_IS_THRESHOLD, tis_level=level),
+        )
+        for level in _ROLLOUT_IS
+    }
+)
+
 #: What the registry's losses without an oracle objective compute (the objective cell).
 OBJECTIVE_NOTES: dict[str, str] = {
     "policy[sapo]": "sapo: sigmoid gate 4/tau sigmoid(tau (r - 1)), not in the oracle",
@@ -368,6 +424,7 @@ OBJECTIVE_NOTES: dict[str, str] = {
 _LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
 LOSS_ONLY: dict[str, tuple[str, ...]] = {
     **{f"policy[{name}]": _LOSS_PROPERTIES for name in _REGISTRY_OBJECTIVES},
+    **{f"rollout_corr[{level}]": _LOSS_PROPERTIES for level in _ROLLOUT_IS},
     # a KL term has a gradient at ratio 1 too: only the objective property applies
     **{f"kl[{kl}]": ("loss_objective",) for kl in _KL_TYPES},
 }

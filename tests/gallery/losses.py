@@ -291,7 +291,7 @@ class LossCase:
     correct: bool
     declared: Objective
     breaks: str = ""  # the term: aggregation, clip, gspo, cispo, kl, tis, scale-out
-    cause_words: str = ""  # words a failure message should contain
+    cause_words: str = ""  # words the confirmed cause of the failure contains
     source: str = ""
     extras: tuple[str, ...] = ()  # keyword inputs: ref_logp, rollout_logp
     explained_by: Objective | None = None  # what the wrong code computes, when the oracle can say
@@ -406,7 +406,7 @@ LOSSES: list[LossCase] = [
         False,
         _ppo("seq-mean-token-mean"),
         "aggregation",
-        "padded length",
+        "aggregates with seq-mean-token-sum-norm, not seq-mean-token-mean",
         "issue 10: averages each sequence over T, not its length",
         explained_by=_ppo("seq-mean-token-sum-norm"),
     ),
@@ -416,7 +416,7 @@ LOSSES: list[LossCase] = [
         False,
         _ppo("token-mean"),
         "aggregation",
-        "constant normaliser",
+        "aggregates with seq-mean-token-sum-norm, not token-mean",
         "mask.numel() where mask.sum() was meant",
         explained_by=_ppo("seq-mean-token-sum-norm"),
     ),
@@ -426,7 +426,7 @@ LOSSES: list[LossCase] = [
         False,
         _ppo("token-mean"),
         "scale-out",
-        "normaliser computed per micro-batch",
+        "token count is taken per micro-batch",
         "TRL bnpo under gradient accumulation; issue 11",
     ),
     LossCase(
@@ -435,7 +435,7 @@ LOSSES: list[LossCase] = [
         False,
         _GSPO,
         "gspo",
-        "sequence ratio broadcast over tokens: sequences weighted by length",
+        "each sequence is weighted by its length",
         f"{_TRL} warns against sequence level with dapo/bnpo",
         explained_by=dataclasses.replace(_GSPO, aggregation="token-mean"),
     ),
@@ -445,7 +445,7 @@ LOSSES: list[LossCase] = [
         False,
         _GSPO,
         "gspo",
-        "sequence log-ratio summed instead of averaged",
+        "log-ratio is summed over the response, not averaged",
         "issue 14",
     ),
     LossCase(
@@ -454,7 +454,7 @@ LOSSES: list[LossCase] = [
         False,
         Objective("cispo", eps_low=EPS_LOW, eps_high=EPS_HIGH),
         "cispo",
-        "CISPO bound",
+        "capped at eps_high = 0.28 itself",
         "TRL's absolute epsilon_high read as verl's 1 + eps_high",
     ),
     LossCase(
@@ -474,7 +474,7 @@ LOSSES: list[LossCase] = [
         False,
         _ppo(kl="k1", kl_coef=BETA, kl_placement="reward"),
         "kl",
-        "k3 in the loss",
+        "k3 estimator in the loss",
         "issue 14: KL counted twice, and k3-in-loss is the forward KL's gradient",
         extras=("ref_logp",),
         explained_by=_ppo(kl="k3", kl_coef=BETA),
@@ -515,7 +515,7 @@ LOSSES: list[LossCase] = [
         False,
         _ppo(dual_clip=DUAL_CLIP),
         "clip",
-        "dual clip applied to A > 0",
+        "dual clip is applied for A > 0 too",
         "torch.where(advantages < 0, ...) missing",
     ),
     LossCase(
@@ -524,7 +524,7 @@ LOSSES: list[LossCase] = [
         False,
         _ppo(),
         "clip",
-        "clip range",
+        "clip is symmetric at 1 +- eps_low",
         "eps_high ignored",
         explained_by=Objective("ppo", eps_low=EPS_LOW, eps_high=EPS_LOW),
     ),
