@@ -351,6 +351,36 @@ def test_every_wrong_case_has_a_witness() -> None:
     assert {c.name for c in WRONG_ADV} == set(trainers_wrong.WITNESSES)
 
 
+_SUITE_LAYOUTS = ("contiguous", "index", "grouped")
+SUITE_WRONG = [c for c in trainers_wrong.CASES if c.layout in _SUITE_LAYOUTS and c.verdict == "FAIL"]
+SUITE_HYGIENE = [c for c in trainers_wrong.CASES if c.layout in _SUITE_LAYOUTS and c.verdict == "WARN"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SUITE_WRONG, ids=_ids(SUITE_WRONG))
+def test_wrong_trainer_code_is_not_conformant(case: Case) -> None:
+    """Run by the suite with its author's intent declared, wrong trainer code gets a FAIL (the kill
+    table of ``python -m tests.gallery --trainers``)."""
+    from tests.gallery.__main__ import _trainer_outcomes
+
+    outcomes = _trainer_outcomes(case, declare=True)
+    assert any(o.verdict == "FAIL" for o in outcomes), [(o.label, o.verdict) for o in outcomes]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SUITE_HYGIENE, ids=_ids(SUITE_HYGIENE))
+def test_hygiene_trainer_code_gets_its_warn_and_no_fail(case: Case) -> None:
+    """OpenRLHF's group_norm on float16 rewards (0/0 on silent groups): a WARN with its confirmed cause,
+    no FAIL, as trainers feed float32 rewards."""
+    from tests.gallery import caught_by
+    from tests.gallery.__main__ import _trainer_outcomes
+
+    outcomes = _trainer_outcomes(case, declare=True)
+    assert caught_by(case, outcomes), [
+        (o.label, o.verdict, o.message[:200]) for o in outcomes if o.verdict != "pass"
+    ]
+
+
 # ---------------------------------------------------------------------------------------
 # issue-10 shapes: token level, dict, keep mask on accuracy
 

@@ -83,27 +83,33 @@ def trainer_table() -> str:
     conformant = sum(
         not any(o.verdict == "FAIL" for o in _trainer_outcomes(c, declare=False)) for c in correct
     )
-    rows, caught, confirmed = [], 0, 0
+    rows, caught, confirmed, hygiene = [], 0, 0, 0
     cases = [c for c in trainers_wrong.CASES if c.layout in _LAYOUTS]
     for case in cases:
         outcomes = _trainer_outcomes(case, declare=True)
         fails = [o for o in outcomes if o.verdict == "FAIL"]
         sure = [o for o in fails if o.finding is not None and o.finding.confirmed]
-        caught += bool(fails)
-        confirmed += bool(sure)
         warns = [o for o in outcomes if o.verdict == "WARN"]
-        # the row shows the property the bug is known to break when it FAILs there (stable even for
-        # a random implementation, whose other failures vary from run to run)
-        named = [o for o in sure if o.name in case.breaks]
-        shown = (named or sure or fails or warns or [None])[0]
+        if case.verdict == "WARN":  # hygiene: its WARN, confirmed, and no FAIL
+            hit = caught_by(case, outcomes)
+            hygiene += bool(hit)
+            shown = (hit or fails or [None])[0]
+        else:
+            caught += bool(fails)
+            confirmed += bool(sure)
+            # the row shows the property the bug is known to break when it FAILs there (stable even
+            # for a random implementation, whose other failures vary from run to run)
+            named = [o for o in sure if o.name in case.breaks]
+            shown = (named or sure or fails or warns or [None])[0]
         verdict = "FAIL" if fails else ("WARN" if warns else "pass")
         words = _words(shown) if shown is not None else "NOT CAUGHT"
         label = shown.label if shown is not None else "-"
         rows.append(f"| `{case.name}` | {case.convention or '-'} | {verdict} | `{label}` | {words[:220]} |")
+    n_wrong = sum(c.verdict == "FAIL" for c in cases)
     head = [
         f"Trainer gallery: {conformant}/{len(correct)} correct implementations CONFORMANT with nothing "
-        f"declared; {caught}/{len(cases)} wrong ones NOT CONFORMANT, {confirmed} of them with a cause a "
-        "probe confirmed.",
+        f"declared; {caught}/{n_wrong} wrong ones NOT CONFORMANT, {confirmed} of them with a cause a "
+        f"probe confirmed; {hygiene}/{len(cases) - n_wrong} hygiene cases get their WARN (and no FAIL).",
         "",
         "| wrong trainer code | meant | verdict | caught by | what the suite says |",
         "| --- | --- | --- | --- | --- |",
