@@ -300,10 +300,11 @@ class _Processes:
         return x
 
 
-def _config(loss_type: str, options: tuple[tuple[str, Any], ...], accumulation: int) -> Any:
-    """A real ``GRPOConfig``. Building one (``TrainingArguments.__post_init__``) resets accelerate's
-    shared state, which every ``Accelerator`` reads (``num_processes``), so the state is set up again
-    at once: a stand-in built earlier keeps working whatever is built after it."""
+def _config(loss_type: str, options: tuple[tuple[str, Any], ...], accumulation: int) -> tuple[Any, Any]:
+    """A real ``GRPOConfig`` and a CPU ``Accelerator``. Building the config
+    (``TrainingArguments.__post_init__``) resets accelerate's shared state, which every
+    ``Accelerator`` reads (``num_processes``); the new one sets it up again at once, so a stand-in
+    built earlier keeps working whatever is built after it."""
     from accelerate import Accelerator
 
     gt = _grpo_module()
@@ -316,22 +317,19 @@ def _config(loss_type: str, options: tuple[tuple[str, Any], ...], accumulation: 
         gradient_accumulation_steps=accumulation,
         **dict(options),
     )
-    Accelerator(cpu=True)
-    return config
+    return config, Accelerator(cpu=True)
 
 
 @functools.cache
 def _stand_in(loss_type: str, options: tuple[tuple[str, Any], ...] = ()) -> StandIn:
-    from accelerate import Accelerator
-
-    return StandIn(_config(loss_type, options, 1), Accelerator(cpu=True))
+    return StandIn(*_config(loss_type, options, 1))
 
 
 @functools.cache
 def _stand_in_at_scale(loss_type: str, world_size: int, accumulation: int) -> StandIn:
     """A stand-in for one of W processes accumulating ``accumulation`` micro-batches per step
     (``GRPOConfig(gradient_accumulation_steps=M)``, so ``steps_per_generation`` = M, TRL's default)."""
-    return StandIn(_config(loss_type, (), accumulation), _Processes(world_size))
+    return StandIn(_config(loss_type, (), accumulation)[0], _Processes(world_size))
 
 
 def _compute_loss(
@@ -398,9 +396,7 @@ def _stand_in_vllm(loss_type: str) -> StandIn:
     """A stand-in of a trainer generating with vLLM (``use_vllm=True``): ``_compute_loss`` multiplies
     the per-token loss by ``inputs["importance_sampling_ratio"]``. GRPOConfig is built without
     ``use_vllm`` (it would look for a vLLM server); the flag is what ``__init__`` copies."""
-    from accelerate import Accelerator
-
-    trainer = StandIn(_config(loss_type, (), 1), Accelerator(cpu=True))
+    trainer = StandIn(*_config(loss_type, (), 1))
     trainer.use_vllm = True
     return trainer
 
