@@ -4,7 +4,8 @@ The per-reward functions (``grpo_advantage``, ``dr_grpo_advantage``, ``rloo_adva
 ``dapo_keep_mask``) do not depend on the group order, so they group string ids without sorting
 them. Every case here checks that path against a plain first-seen dict over every element (the
 definition, as ``pandas.factorize(sort=False)``) and against the sorted path (the same groups,
-relabelled), and that errors name the same position and the same group as before.
+relabelled), and that errors name the same position and the same group as before. Integer ids
+keep sorted order at no cost: they are counted, not sorted (the last test).
 """
 
 from __future__ import annotations
@@ -271,3 +272,21 @@ def test_bad_ids_in_an_object_array_name_their_position(
     with pytest.raises(error) as info:
         factorize(arr, N, sort=sort)
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("ids", "inverse", "sizes", "groups"),
+    [
+        ([3, 1, 2, 1, 3], [2, 0, 1, 0, 2], [2, 1, 2], [1, 2, 3]),  # every id in [1, 3]: counted, no rank
+        ([7, 1, 7, 4], [2, 0, 2, 1], [1, 1, 2], [1, 4, 7]),  # gaps in [1, 7]: counted and ranked
+        ([10**12, 5, 10**12], [1, 0, 1], [1, 2], [5, 10**12]),  # range too wide to count: np.unique
+    ],
+)
+def test_integer_ids_by_counting_dense_sparse_and_wide(ids, inverse, sizes, groups) -> None:  # type: ignore[no-untyped-def]
+    """Integer ids are numbered in sorted order whether every id of their range occurs (the counts
+    are the sizes at once), some do not (ranked), or the range is too wide to count (sorted)."""
+    for index in (np.array(ids), torch.tensor(ids)):
+        inv, size, got = factorize(index, len(ids), "cpu" if torch.is_tensor(index) else None)
+        assert np.asarray(inv).tolist() == inverse, index
+        assert np.asarray(size).tolist() == sizes, index
+        assert got.tolist() == groups, index
