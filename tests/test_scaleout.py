@@ -231,6 +231,25 @@ def test_oracle_passes_at_w2_m2_within_budget(started: list[subprocess.Popen]) -
 
 
 @pytest.mark.slow
+@pytest.mark.cuda
+def test_oracle_passes_on_nccl_ranks(started: list[subprocess.Popen]) -> None:
+    """With a CUDA device per rank the ranks talk over nccl (as trainers' do) and the oracle passes;
+    skipped without CUDA (one GPU: W = 1, the micro-batches on the device)."""
+    world_size = min(2, torch.cuda.device_count())
+    report = run_scaleout(
+        ORACLE_ADV,
+        ORACLE_LOSS,
+        layout="index",
+        aggregation="token-mean",
+        world_size=world_size,
+        micro_batches=2,
+        backend="nccl",
+    )
+    assert report.backend == "nccl"
+    assert report.passed, report.summary()
+    assert_all_gone(started, world_size)
+
+
 def test_crashing_rank_fails_at_once_and_leaves_no_process(started: list[subprocess.Popen]) -> None:
     """Rank 1 raises while rank 0 waits in all_reduce: a FAIL naming rank 1, long before the timeout."""
     t0 = time.monotonic()
