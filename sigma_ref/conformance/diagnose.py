@@ -276,6 +276,15 @@ def _hypotheses(
                     ),
                 )
             )
+        if conv.scale == "batch":
+            hypotheses.append(
+                (
+                    "batch_std_of_centred",
+                    "the batch std is taken of the group-centred rewards R - mean_g, not of the rewards "
+                    "themselves (scale='batch' divides by the std of the whole batch's raw rewards)",
+                    lambda: _plain_divide(centred, _batch_std(centred, conv), conv),
+                )
+            )
         hypotheses.append(
             (
                 "no_centering",
@@ -297,6 +306,16 @@ def _hypotheses(
                 "advantages are R - mean, not divided by the std: declare scale='none' (Dr. GRPO) "
                 "or divide by the group std",
                 lambda: centred,
+            )
+        )
+    if conv is not None:
+        hypotheses.append(
+            (
+                "floor_mean",
+                "the group mean is a floor division (sum // G, integer division): use a float mean",
+                lambda: _divide_like(
+                    rewards - np.floor(_group_means(rewards, inv, counts))[inv], rewards, index, ref
+                ),
             )
         )
     hypotheses.append(
@@ -444,11 +463,23 @@ def _lookup_hypotheses(
     rank (``np.unique``'s inverse), statistics broadcast with ``repeat_interleave(counts)`` as if
     groups were contiguous runs, and groups cut at data-parallel shard boundaries.
     """
-    group, d, _ = ref.statistics(rewards, index)
     n_groups = len(counts)
-    mean = np.bincount(group, rewards, minlength=n_groups) / counts
-    dg = np.zeros(n_groups)
-    dg[group] = d
+    if ref.convention is None:  # RLOO: d = (G - 1) / G
+        group, d, _ = ref.statistics(rewards, index)
+        mean = np.bincount(group, rewards, minlength=n_groups) / counts
+        dg = np.zeros(n_groups)
+        dg[group] = d
+    else:  # each group's own mean and d (a silent group's d is its eps: others may divide by it)
+        conv = ref.convention
+        st = group_statistics(
+            rewards,
+            convention=conv.replace(singleton="zero") if conv.singleton == "error" else conv,
+            index=index,
+        )
+        mean = np.array(st.mean, dtype=np.float64)
+        if conv.singleton == "unit_std":  # a group of one: mean 0 and std 1
+            mean[counts == 1] = 0.0
+        dg = np.asarray(st.divisor, dtype=np.float64)
 
     def through(h: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -472,7 +503,8 @@ def _lookup_hypotheses(
             (
                 "runs_broadcast",
                 "per-id statistics are broadcast with repeat_interleave(counts), as if each group were a "
-                "contiguous run in sorted-id order: interleaved responses get other groups' statistics",
+                "contiguous run in sorted-id order: interleaved responses get other groups' statistics "
+                "(index them with np.unique(..., return_inverse=True)'s inverse)",
                 lambda: through(runs),
             )
         )
@@ -497,6 +529,26 @@ def _lookup_hypotheses(
                     split,
                 )
             )
+    return out
+
+
+def _group_means(rewards: np.ndarray, inv: np.ndarray, counts: np.ndarray) -> npt.NDArray[np.float64]:
+    means: npt.NDArray[np.float64] = np.bincount(inv, rewards, minlength=len(counts)) / counts
+    return means
+
+
+def _batch_std(values: np.ndarray, conv: Convention) -> float:
+    """The std of ``values`` over the whole batch with the convention's ddof."""
+    n = values.size
+    return float(np.sqrt(((values - values.mean()) ** 2).sum() / max(n - conv.ddof, 1)))
+
+
+def _plain_divide(numerator: np.ndarray, std: Any, conv: Convention) -> npt.NDArray[np.float64]:
+    """``numerator / (std + eps)`` (or ``max(std, eps)``), 0 where that divisor is 0."""
+    d = np.asarray(std, dtype=np.float64)
+    d = d + conv.eps if conv.eps_placement == "add" else np.maximum(d, conv.eps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: npt.NDArray[np.float64] = np.where(d > 0, numerator / np.where(d > 0, d, 1.0), 0.0)
     return out
 
 
