@@ -282,7 +282,8 @@ def _hypotheses(
                     "batch_std_of_centred",
                     "the batch std is taken of the group-centred rewards R - mean_g, not of the rewards "
                     "themselves (scale='batch' divides by the std of the whole batch's raw rewards)",
-                    lambda: _plain_divide(centred, _batch_std(centred, conv), conv),
+                    # the oracle's batch scale applied to R - mean_g: one std of the centred batch
+                    lambda: as_numpy(grpo_advantage(centred, convention=conv, index=index)),
                 )
             )
         hypotheses.append(
@@ -466,7 +467,7 @@ def _lookup_hypotheses(
     n_groups = len(counts)
     if ref.convention is None:  # RLOO: d = (G - 1) / G
         group, d, _ = ref.statistics(rewards, index)
-        mean = np.bincount(group, rewards, minlength=n_groups) / counts
+        mean = _group_means(rewards, inv, counts)
         dg = np.zeros(n_groups)
         dg[group] = d
     else:  # each group's own mean and d (a silent group's d is its eps: others may divide by it)
@@ -535,21 +536,6 @@ def _lookup_hypotheses(
 def _group_means(rewards: np.ndarray, inv: np.ndarray, counts: np.ndarray) -> npt.NDArray[np.float64]:
     means: npt.NDArray[np.float64] = np.bincount(inv, rewards, minlength=len(counts)) / counts
     return means
-
-
-def _batch_std(values: np.ndarray, conv: Convention) -> float:
-    """The std of ``values`` over the whole batch with the convention's ddof."""
-    n = values.size
-    return float(np.sqrt(((values - values.mean()) ** 2).sum() / max(n - conv.ddof, 1)))
-
-
-def _plain_divide(numerator: np.ndarray, std: Any, conv: Convention) -> npt.NDArray[np.float64]:
-    """``numerator / (std + eps)`` (or ``max(std, eps)``), 0 where that divisor is 0."""
-    d = np.asarray(std, dtype=np.float64)
-    d = d + conv.eps if conv.eps_placement == "add" else np.maximum(d, conv.eps)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out: npt.NDArray[np.float64] = np.where(d > 0, numerator / np.where(d > 0, d, 1.0), 0.0)
-    return out
 
 
 def _sort_keys(index: np.ndarray) -> np.ndarray:

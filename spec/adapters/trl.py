@@ -106,13 +106,29 @@ def _assigns(node: ast.stmt, name: str, call: str) -> bool:
     )
 
 
+def _generation_source() -> tuple[ast.FunctionDef, int, str]:
+    """``GRPOTrainer._generate_and_score_completions`` parsed: its def, first line and file."""
+    method = _grpo_module().GRPOTrainer._generate_and_score_completions
+    lines, first = inspect.getsourcelines(method)
+    tree = ast.parse(textwrap.dedent("".join(lines))).body[0]
+    assert isinstance(tree, ast.FunctionDef)
+    return tree, first, inspect.getsourcefile(method) or "grpo_trainer.py"
+
+
+def _compiled(statements: list[ast.stmt], first: int, path: str) -> tuple[types.CodeType, str]:
+    """``statements`` of the method starting at line ``first`` of ``path``, compiled with their real
+    line numbers, and where they are (``file:first-last``)."""
+    module = ast.Module(body=statements, type_ignores=[])
+    ast.increment_lineno(module, first - 1)
+    where = f"{path}:{statements[0].lineno}-{statements[-1].end_lineno}"
+    return compile(module, path, "exec"), where
+
+
 @lazy
 def advantage_block() -> tuple[types.CodeType, str]:
     """TRL's inline advantage statements, compiled, and where they are (``file:first-last``)."""
-    gt = _grpo_module()
-    method = gt.GRPOTrainer._generate_and_score_completions
-    lines, first = inspect.getsourcelines(method)
-    body = ast.parse(textwrap.dedent("".join(lines))).body[0].body  # type: ignore[attr-defined]
+    method, first, path = _generation_source()
+    body = method.body
     try:
         i0 = next(
             i for i, n in enumerate(body) if _assigns(n, "unscorable_mask", "torch.isnan(rewards_per_func)")
@@ -133,11 +149,7 @@ def advantage_block() -> tuple[types.CodeType, str]:
         raise RuntimeError(
             f"trl {PEER.version}: the advantage block changed shape; the adapter needs updating"
         )
-    module = ast.Module(body=body[i0 : i1 + 1], type_ignores=[])
-    ast.increment_lineno(module, first - 1)
-    path = inspect.getsourcefile(method) or "grpo_trainer.py"
-    where = f"{path}:{body[i0].lineno + first - 1}-{body[i1].end_lineno + first - 1}"
-    return compile(module, path, "exec"), where
+    return _compiled(body[i0 : i1 + 1], first, path)
 
 
 #: The test of TRL's vLLM importance-sampling block in ``_generate_and_score_completions``.
@@ -155,13 +167,10 @@ def importance_sampling_block() -> tuple[types.CodeType, str]:
     per-token loss by it. It needs a vLLM rollout to run in place, so the adapter runs the block
     itself, as it runs the inline advantage block (:func:`advantage_block`).
     """
-    gt = _grpo_module()
-    method = gt.GRPOTrainer._generate_and_score_completions
-    lines, first = inspect.getsourcelines(method)
-    tree = ast.parse(textwrap.dedent("".join(lines)))
+    method, first, path = _generation_source()
     found = [
         node
-        for node in ast.walk(tree)
+        for node in ast.walk(method)
         if isinstance(node, ast.If)
         and ast.unparse(node.test) == _IS_TEST
         and any(
@@ -175,11 +184,7 @@ def importance_sampling_block() -> tuple[types.CodeType, str]:
             "vllm_importance_sampling_ratio = torch.exp(...) in GRPOTrainer._generate_and_score_completions, "
             "but should be 1; the adapter needs updating"
         )
-    module = ast.Module(body=[found[0]], type_ignores=[])
-    ast.increment_lineno(module, first - 1)
-    path = inspect.getsourcefile(method) or "grpo_trainer.py"
-    where = f"{path}:{found[0].lineno + first - 1}-{found[0].end_lineno + first - 1}"  # type: ignore[operator]
-    return compile(module, path, "exec"), where
+    return _compiled([found[0]], first, path)
 
 
 def vllm_importance_sampling_ratio(
@@ -605,6 +610,9 @@ OBJECTIVE_NOTES: dict[str, str] = {
     "0.04 r (logp - ref), not in the oracle",
 }
 
+#: The loss properties the matrix runs on a loss variant (its advantage is the ``group`` row's).
+_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+
 #: The objective variants are checked on their loss only (their advantage is the ``group`` row's);
 #: with a KL term the loss has a gradient at ratio 1 beyond the policy's, so only the objective.
 LOSS_ONLY: dict[str, tuple[str, ...]] = {
@@ -612,15 +620,10 @@ LOSS_ONLY: dict[str, tuple[str, ...]] = {
     if "beta" in options and objective is not None
     else ("loss_ignores_padding",)
     if "beta" in options
-    else ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+    else _LOSS_PROPERTIES
     for mode, (_t, options, objective) in VARIANTS.items()
 }
-LOSS_ONLY.update(
-    {
-        mode: ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
-        for mode in VLLM_IS
-    }
-)
+LOSS_ONLY.update({mode: _LOSS_PROPERTIES for mode in VLLM_IS})
 
 #: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
 AT_SCALE = types.SimpleNamespace(**{t: _at_scale(t) for t in LOSS_TYPES})
