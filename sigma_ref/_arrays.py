@@ -79,6 +79,12 @@ class Backend:
     device: Any  # torch.device, or None for numpy
     dtype: Any  # the output dtype: numpy dtype or torch dtype
 
+    @property
+    def numpy_dtype(self) -> Any:
+        """The output's floating dtype as numpy's (``None`` where numpy has none: bfloat16)."""
+        name = str(self.dtype).removeprefix("torch.")
+        return np.dtype(name) if name in _NUMPY_DTYPES else None
+
     def out(self, x: Array, kind: str | None = None) -> Array:
         """``x`` (a result in the input's library) as the caller's type, device and dtype.
 
@@ -426,12 +432,27 @@ def _check_index_length(count: int, n: int) -> None:
 
 
 def _factorize_ints_numpy(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted-order factorisation of integer ids: by counting when their range is small."""
-    lo, hi = a.min(), a.max()
-    span = int(hi) - int(lo) + 1
-    if span <= 4 * a.size + 1024:
-        shifted = (a - lo).astype(np.intp, copy=False)
-        counts = np.bincount(shifted, minlength=span)
+    """Sorted-order factorisation of integer ids: by counting when their range is small.
+
+    Ids that already are the group numbers (``0 .. n - 1``, every one present, as ``intp``)
+    are returned as ``inverse`` themselves, not copied: callers only read it."""
+    hi = int(a.max())
+    counts = None
+    if a.dtype == np.intp and 0 <= hi <= 4 * a.size + 1024:  # perhaps the group numbers already
+        try:
+            counts = np.bincount(a, minlength=hi + 1)  # one pass fewer: bincount checks the minimum
+        except ValueError:  # a negative id
+            counts = None
+    if counts is not None:
+        lo = int(np.argmax(counts > 0))
+        shifted, counts = (a, counts) if lo == 0 else (a - lo, counts[lo:])
+    else:
+        lo = int(a.min())
+        if hi - lo + 1 <= 4 * a.size + 1024:
+            shifted = (a - lo).astype(np.intp, copy=False)
+            counts = np.bincount(shifted, minlength=hi - lo + 1)
+    span = hi - lo + 1
+    if counts is not None:
         present = counts > 0
         ids = (np.flatnonzero(present) + int(lo)).astype(a.dtype)
         if ids.size == span:  # every id in [lo, hi] occurs: the shifted ids are the group numbers
@@ -828,7 +849,11 @@ def arrange(x: Array, index: Any, dim: Any, name: str, *, sort: bool = True) -> 
         runs = inverse.reshape(n_groups, size)
         # contiguous runs of one length: rows (each run's ends first, a cheap test that interleaved
         # ids fail at once)
-        if bool((runs[:, -1] == runs[:, 0]).all()) and bool((runs == runs[:, :1]).all()):
+        if (
+            bool((runs[:64, -1] == runs[:64, 0]).all())
+            and bool((runs[:, -1] == runs[:, 0]).all())
+            and bool((runs == runs[:, :1]).all())
+        ):
             rows = Rows(n_groups, size, sizes, (n_groups,), 0, 1, runs[:, 0], ids, inverse)
             return _columns(x.reshape(n_groups, size), 1, size, n_groups), rows
     return x, Segments(inverse, sizes, n_groups, ids, in_order=sort)

@@ -13,18 +13,26 @@ never imports torch), and return the caller's type, device and floating dtype
 never requires grad.
 
 Accuracy. Every statistic is computed once, by :func:`group_statistics`'s kernel, so
-that it is right for every finite input:
+that it is right for every finite input. The kernel centres each group one of three ways,
+chosen from the values (``proofs/13_kernel.py`` proves each):
 
-* each group is shifted by its own maximum, so a group whose rewards are all equal is
-  exactly zero (silent detection is exact: ``min == max``); a group whose largest
-  ``|R|`` is outside ``[2**-400, 2**400]`` is first scaled by a power of two (exact) so
-  that it lies in ``[1/2, 1)``: no sum overflows and no square overflows or underflows;
-* the mean is taken in two passes (the second removes the rounding error of the first),
-  so the centred values sum to zero within rounding (``[1e16, 1e16 + 2, 1e16, 1e16]``
-  centres to ``[-0.5, 1.5, -0.5, -0.5]`` exactly);
-* sums run left to right over the ``G`` members (pairwise beyond ``G = 64``), in the same
-  order for numpy and torch, and square roots are correctly rounded, so both libraries
-  give bit-identical float64 results.
+* exactly, when the values are float32 numbers that are integers of one ``2**q`` with
+  ``2 G max|R| <= 2**53 2**q`` (binary and most real rewards): ``sum R``, ``n R_i`` and
+  ``n R_i - sum R`` are exact, so ``R_i - mu`` and ``mu`` are correctly rounded and a group
+  is silent iff its centred values are exactly 0. One sum, one subtraction, one sum of squares;
+* for other float32 numbers (a wide dynamic range): unshifted, in two passes (below); a
+  silent group of ``v`` sums exactly to ``G v`` and centres to exactly 0;
+* for any other input: each group is shifted by its own maximum, so a group whose rewards
+  are all equal is exactly zero (silent detection is exact: ``min == max``); a group whose
+  largest ``|R|`` is outside ``[2**-400, 2**400]`` is first scaled by a power of two (exact)
+  so that it lies in ``[1/2, 1)``: no sum overflows and no square overflows or underflows.
+
+In the last two ways the mean is taken in two passes (the second removes the rounding
+error of the first), so the centred values sum to zero within rounding
+(``[1e16, 1e16 + 2, 1e16, 1e16]`` centres to ``[-0.5, 1.5, -0.5, -0.5]`` exactly). In all
+three, sums run left to right over the ``G`` members (pairwise beyond ``G = 64``), in the
+same order for numpy and torch, and square roots are correctly rounded, so both libraries
+give bit-identical float64 results (on the CPU).
 
 Bound: ``|A_i - A_i*| <= ~(G + 4) u max_j |A_j|`` with ``u = 2**-53`` (relative to the
 group's largest advantage), which the tests check against 60-digit arithmetic. A result
@@ -36,7 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,6 +65,8 @@ __all__ = [
 _MAX_EXP = 1023  # 2**1023 is the largest power of two in float64
 _MIN_EXP = -1022  # 2**-1022 the smallest normal one
 _SAFE = 2.0**400  # groups with 2**-400 <= max|R| <= 2**400 need no scaling
+_SHORT_MAX_G = 2**26  # float32 rewards: groups up to this size centre unshifted (proofs/13_kernel.py)
+_EXACT_UNITS = 2.0**52  # exact centring while 2 G max|R| / 2**q <= 2**53 (proofs/13_kernel.py)
 
 
 def _quiet(func: Any) -> Any:
@@ -95,6 +106,12 @@ def _int64(e: Array) -> Array:
     return e.to(_arrays.torch_module().int64) if is_tensor(e) else e.astype(np.int64)
 
 
+def _zeros_int64(like: Array) -> Array:
+    if is_tensor(like):
+        return _arrays.torch_module().zeros_like(like, dtype=_arrays.torch_module().int64)
+    return np.zeros(like.shape, dtype=np.int64)
+
+
 def _clip(e: Array, lo: int, hi: int) -> Array:
     return e.clamp(lo, hi) if is_tensor(e) else np.clip(e, lo, hi)
 
@@ -116,6 +133,84 @@ def _where(cond: Array, a: Any, b: Any) -> Array:
     return np.where(cond, a, b)
 
 
+def _centring(units: float | None, largest: int) -> str:
+    """How :func:`_centre` centres groups of at most ``largest`` values with :func:`_units`
+    ``units``: ``"exact"`` (``2 G units <= 2**53``), ``"float32"`` (float32 numbers, ``G <= 2**26``)
+    or ``"general"``."""
+    if units is not None and units <= _EXACT_UNITS / largest:
+        return "exact"
+    if units is not None and largest <= _SHORT_MAX_G:
+        return "float32"
+    return "general"
+
+
+def _largest_group(lay: Layout) -> int:
+    return lay.size if isinstance(lay, _arrays.Rows) else int(lay.sizes.max())
+
+
+def _short_significands(values: Array) -> bool:
+    """Every value is a float32 number (or an infinity): a significand of at most 24 bits
+    and an exponent in float32's range, so ``j * v`` is exact in float64 for ``j <= 2**29``.
+    Checked on a prefix first, so float64 data with long significands costs almost nothing."""
+    flat = values.reshape(-1)
+    for part in (flat[:256], flat):
+        if is_tensor(part):
+            narrow = part.to(_arrays.torch_module().float32)
+        else:
+            with np.errstate(over="ignore"):  # beyond float32's range: inf, unequal, False
+                narrow = part.astype(np.float32)
+        if not bool((narrow == part).all()):
+            return False
+    return True
+
+
+def _units(x: Array, narrow: bool) -> float | None:
+    """``max|R| / 2**q`` when every value is a finite float32 number, ``2**q`` the ulp of a
+    float32 number of the smallest non-zero ``|R|`` at its binade's bottom, so every ``R`` is an
+    integer multiple of ``2**q``; ``None`` when some value is not a float32 number (``narrow``:
+    the input dtype says they all are) or not finite.
+
+    >>> _units(np.array([0.0, 0.5, 1.0]), False)  # multiples of 2**-24, the largest 2**24 of them
+    16777216.0
+    """
+    flat = x.reshape(-1)
+    if not narrow and not _short_significands(flat):
+        return None
+    top, low = _magnitudes(flat)
+    if not math.isfinite(top):
+        return None
+    if top == 0:
+        return 0.0
+    _, e = math.frexp(low)  # low >= 2**(e - 1): every float32 number that large is a multiple of 2**(e - 24)
+    return math.ldexp(top, 24 - e)
+
+
+def _magnitudes(flat: Array) -> tuple[float, float]:
+    """``(max |R|, min of the non-zero |R|)`` (``inf`` when there is none; ``max`` is NaN or
+    inf when some value is). numpy: on the bits (``|R|`` orders as its unsigned bit pattern;
+    ``bits - 1`` wraps 0 to the largest pattern, out of the minimum's way), two integer
+    reductions with no mask (a masked float minimum is 20x slower on rewards with many 0s)."""
+    if is_tensor(flat):
+        torch = _arrays.torch_module()
+        magnitude = flat.abs()
+        low = torch.where(magnitude > 0, magnitude, math.inf).min()
+        return float(magnitude.max()), float(low)
+    width = flat.dtype.itemsize
+    unsigned = np.dtype(f"u{width}")
+    bits = flat.view(unsigned) & unsigned.type((1 << (8 * width - 1)) - 1)  # clear the sign bit
+    top = bits.max()
+    bits -= unsigned.type(1)
+    least = bits.min()
+    if least == np.iinfo(unsigned).max:  # every value is 0
+        return float(np.array(top, dtype=unsigned).view(flat.dtype)), math.inf
+    as_float = np.array([top, least + unsigned.type(1)], dtype=unsigned).view(flat.dtype).astype(np.float64)
+    return float(as_float[0]), float(as_float[1])
+
+
+#: Input dtypes whose values are float32 numbers (as numpy or torch names).
+_SHORT_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+
+
 @dataclasses.dataclass(frozen=True)
 class _Kernel:
     """The statistics of every group, scaled: what :func:`group_statistics` reports.
@@ -126,7 +221,6 @@ class _Kernel:
     """
 
     layout: Layout
-    values: Array
     centered: Array
     exponent: Array
     mean: Array
@@ -138,20 +232,34 @@ class _Kernel:
     unscaled: bool  # exponent == 0 for every group (the common case: no scaling work)
 
 
-def _centre(values: Array, lay: Layout, *, owned: bool = False) -> _Kernel:
-    """Scale each group by a power of two, shift it by its maximum, centre it in two passes.
+def _centre(values: Array, lay: Layout, *, owned: bool = False, units: float | None = None) -> _Kernel:
+    """Centre each group: exactly when its sums are exact (``units`` small enough), else in
+    two passes, unshifted for float32 numbers (``units`` given), else scaled by a power of
+    two and shifted by its maximum.
 
     ``owned``: ``values`` is a scratch copy the kernel may overwrite (the row layout's
-    ``[G, B]`` copy), so the whole computation runs in place in one buffer.
+    ``[G, B]`` copy, or a float64 conversion of the input), so the whole computation runs in
+    place in one buffer. ``units``: :func:`_units` of the values (``None``: not float32
+    numbers, or not finite). The three ways and why each is exact where it claims to be are
+    in ``proofs/13_kernel.py``.
     """
     xp = _xp(values)
+    scratch = None if isinstance(lay, _arrays.Rows) else xp.empty_like(values)
+    way = _centring(units, _largest_group(lay))
+    if way == "exact":
+        return _centre_exact(values, lay, owned, scratch)
+    if way == "float32":
+        # a silent group of v: every partial sum j * v (j <= 2**26) is exact, so its first mean
+        # is v and it centres to exactly 0; every other group keeps a centred value >= 2**-151
+        # (squares > 0), and no sum or square of float32 numbers overflows float64: silent is
+        # exactly `squares == 0`, with no min, max or scaling pass
+        exponent = _zeros_int64(lay.sizes)
+        return _finish_centring(values, lay, None, None, exponent, None, scratch, owned, unscaled=True)
     lo, hi = lay.min(values), lay.max(values)  # NaN and inf show up here: no extra pass
     if not bool((xp.isfinite(lo) & xp.isfinite(hi)).all()):
         _arrays.check_finite(values, lay, "rewards")
     silent = lo == hi
     top = xp.maximum(abs(lo), abs(hi))
-    scratch = None if isinstance(lay, _arrays.Rows) else xp.empty_like(values)
-    owned = owned and isinstance(lay, _arrays.Rows) and lay.size > 1
     if bool((top <= _SAFE).all()) and bool(((top >= 1 / _SAFE) | silent).all()):
         # every non-silent group has 2**-400 <= max|R| <= 2**400: no square can overflow or
         # underflow (a non-silent group has a centred value >= ulp(max|R|) / 4), so no scaling
@@ -184,25 +292,75 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False) -> _Kernel:
 def _finish_centring(
     values: Array,
     lay: Layout,
-    shifted: Array,
-    ref: Array,
+    shifted: Array | None,
+    ref: Array | None,
     exponent: Array,
-    silent: Array,
+    silent: Array | None,
     scratch: Array | None,
     owned: bool,
     *,
     unscaled: bool,
 ) -> _Kernel:
-    """The two-pass centring of ``shifted = R * 2**-exponent - ref`` and its sum of squares."""
+    """The two-pass centring of ``shifted = R * 2**-exponent - ref`` and its sum of squares.
+
+    ``shifted=None`` (with ``ref=None``, ``silent=None``): the values themselves, unshifted
+    (written in place only if ``owned``); a non-finite first mean then raises naming the
+    reward, and ``silent`` is ``squares == 0``.
+    """
     size = lay.sizes
-    first_mean = lay.sum(shifted) / size
-    shifted -= lay.expand(first_mean, scratch)
+    first_mean = lay.sum(values if shifted is None else shifted) / size
+    if shifted is None:
+        if not bool(_xp(first_mean).isfinite(first_mean).all()):  # NaN or inf: no float32 sum overflows
+            _arrays.check_finite(values, lay, "rewards")
+        if owned:
+            shifted = values
+            shifted -= lay.expand(first_mean, scratch)
+        else:
+            shifted = values - lay.expand(first_mean, scratch)
+    else:
+        shifted -= lay.expand(first_mean, scratch)
     correction = lay.sum(shifted) / size
     shifted -= lay.expand(correction, scratch)
     squares = lay.sum_squares(shifted, scratch)
-    mean = ref + (first_mean + correction)
-    kept = None if owned else values
-    return _Kernel(lay, kept, shifted, exponent, mean, squares, silent, size == 1, size, scratch, unscaled)
+    mean = first_mean + correction if ref is None else ref + (first_mean + correction)
+    if silent is None:
+        silent = squares == 0
+    return _Kernel(lay, shifted, exponent, mean, squares, silent, size == 1, size, scratch, unscaled)
+
+
+def _centre_exact(values: Array, lay: Layout, owned: bool, scratch: Array | None) -> _Kernel:
+    """Every group's ``sum R``, ``n R_i`` and ``n R_i - sum R`` are exact in float64 (integers
+    of ``2**q`` below ``2**53``): ``R_i - mu = (n R_i - sum R) / n`` correctly rounded, the
+    mean ``sum R / n`` correctly rounded, and a group is silent iff its centred values are all
+    exactly 0 (``squares == 0``). One sum, one scale-and-subtract, one sum of squares."""
+    size = lay.sizes
+    total = lay.sum(values)
+    mean = total / size
+    if bool((_xp(size).frexp(size)[0] == 0.5).all()):
+        # every G a power of two: the mean is exact, and so is R_i - mean (its integer of
+        # 2**q / G is n R_i - sum R): one subtraction
+        if owned:
+            centered = values
+            centered -= lay.expand(mean, scratch)
+        else:
+            centered = values - lay.expand(mean, scratch)
+    else:
+        if isinstance(lay, _arrays.Rows):
+            count: Any = float(lay.size)
+        elif bool((size == size[0]).all()):  # groups of one size: a scalar, no per-element count
+            count = float(size[0])
+        else:
+            count = lay.expand(size)
+        if owned:
+            centered = values
+            centered *= count
+        else:
+            centered = values * count
+        centered -= lay.expand(total, scratch)
+        centered /= count
+    squares = lay.sum_squares(centered, scratch)
+    exponent = _zeros_int64(size)
+    return _Kernel(lay, centered, exponent, mean, squares, squares == 0, size == 1, size, scratch, True)
 
 
 def _eps_weight(
@@ -243,11 +401,16 @@ def _fold(den: Array, shift: Array) -> tuple[Array, Array]:
     return folded, _where(small, 0 * shift, shift)
 
 
-def _apply(kernel: _Kernel, centered: Array, den: Array, shift: Array | None) -> Array:
+def _apply(kernel: _Kernel, centered: Array, den: Array, shift: Array | None, dtype: Any = None) -> Array:
     """``centered / (den * 2**shift)`` per element, in place on ``centered``: one division
-    unless some shift is extreme; a value that overflows float64 raises."""
+    unless some shift is extreme; a value that overflows float64 raises. ``dtype``: a numpy
+    dtype the unscaled quotient of a numpy :class:`~sigma_ref._arrays.Segments` kernel is
+    written in (the output's, so the division and the conversion are one pass)."""
     lay = kernel.layout
     if shift is None:  # unscaled: |centered| <= 2**401 and d >= 2**-460, nothing can overflow
+        if dtype is not None and isinstance(lay, _arrays.Segments) and not is_tensor(centered):
+            out = np.empty(centered.shape, dtype=dtype)
+            return np.divide(centered, lay.expand(den, kernel.scratch), out=out, casting="unsafe")
         centered /= lay.expand(den, kernel.scratch)
         return centered
     den, shift = _fold(den, shift)
@@ -281,22 +444,29 @@ class _Scaled:
         k = self.kernel
         return _times_pow2(k.centered, k.layout.expand(k.exponent))
 
-    def advantages(self) -> Array:
+    def advantages(self, dtype: Any = None) -> Array:
         """``A_i = (R_i - mu) / d`` per element, in the layout's value shape (computed in the
-        kernel's buffer: call once)."""
+        kernel's buffer: call once); ``dtype`` as in :func:`_apply`."""
         k = self.kernel
         centered = k.centered
         if self.convention.singleton == "unit_std" and bool(k.singleton.any()):  # A = R / d there
-            lay = k.layout
-            own = _times_pow2(k.values, -lay.expand(k.exponent))
-            centered = _where(lay.expand(k.singleton), own, centered)
-        return _apply(k, centered, self.den, self.shift)
+            lay = k.layout  # a singleton's mean is its reward (scaled), exactly
+            centered = _where(lay.expand(k.singleton), lay.expand(k.mean), centered)
+        return _apply(k, centered, self.den, self.shift, dtype)
 
 
 @_quiet
-def _statistics(values: Array, lay: Layout, conv: Convention, *, owned: bool = False) -> _Scaled:
-    """The one computation behind :func:`group_statistics` and the advantages."""
+def _statistics(
+    values: Array, lay: Layout, conv: Convention, *, owned: bool = False, units: float | str | None = "check"
+) -> _Scaled:
+    """The one computation behind :func:`group_statistics` and the advantages.
+
+    ``units``: :func:`_units` of the values (``"check"`` works it out).
+    """
     xp = _xp(values)
+    if units == "check":
+        units = _units(values, False)
+    assert not isinstance(units, str)
     whole = None
     if conv.scale == "batch":  # before the groups' kernel, which may overwrite `values`
         n = int(np.prod(values.shape))
@@ -306,8 +476,8 @@ def _statistics(values: Array, lay: Layout, conv: Convention, *, owned: bool = F
                 "needs at least 2; use scale='group' or more rewards"
             )
         one = xp.ones(1, dtype=values.dtype) if not is_tensor(values) else values.new_ones(1)
-        whole = _centre(values.reshape(-1, 1), _arrays.Rows(1, n, one * n, (), 0, 1))
-    kernel = _centre(values, lay, owned=owned)
+        whole = _centre(values.reshape(-1, 1), _arrays.Rows(1, n, one * n, (), 0, 1), units=units)
+    kernel = _centre(values, lay, owned=owned, units=units)
     singleton = kernel.singleton
     if conv.singleton == "error" and bool(singleton.any()):
         group = lay.first_group(singleton)
@@ -364,7 +534,7 @@ def _unscaled_statistics(kernel: _Kernel, whole: _Kernel | None, conv: Conventio
         divisor = xp.ones_like(kernel.squares)
     elif conv.scale == "group":
         dof = kernel.size - conv.ddof
-        divisor = _plain_eps(_sqrt(kernel.squares / _where(dof >= 1, dof, xp.ones_like(dof))), conv)
+        divisor = _plain_eps(_sqrt(kernel.squares / _at_least_one(dof)), conv)
     else:
         assert whole is not None
         n = int(whole.size[0])
@@ -377,8 +547,12 @@ def _unscaled_statistics(kernel: _Kernel, whole: _Kernel | None, conv: Conventio
             one = xp.ones_like(divisor)
             d_one = one if conv.scale == "none" else _plain_eps(one, conv)
             divisor = _where(singleton, d_one, divisor)
-    den = _where(divisor > 0, divisor, xp.ones_like(divisor))  # 0/0 = 0: silent, eps = 0
+    den = _where(divisor > 0, divisor, 1.0)  # 0/0 = 0: silent, eps = 0
     return _Scaled(kernel, divisor, den, None, conv)
+
+
+def _at_least_one(v: Array) -> Array:
+    return v.clamp(min=1) if is_tensor(v) else np.maximum(v, 1)
 
 
 def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
@@ -395,15 +569,30 @@ def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
     )
 
 
-def _prepare(
-    rewards: Any, index: Any, dim: Any, *, sort: bool = True
-) -> tuple[Array, Layout, _arrays.Backend]:
-    """The float64 values and the layout. ``sort=False`` for results given per reward (advantages,
-    masks): the groups need not be numbered in sorted id order (:func:`_arrays.factorize`), so
-    string ids are never sorted; errors name the same group either way (``first_group``)."""
+class _Prepared(NamedTuple):
+    """What :func:`_prepare` hands the kernel."""
+
+    values: Array  # float64, in the layout's value shape
+    layout: Layout
+    backend: _arrays.Backend
+    units: float | None  # _units of the input
+    owned: bool  # values is a private copy (the [G, B] copy, or a float64 conversion)
+
+
+def _prepare(rewards: Any, index: Any, dim: Any, *, sort: bool = True, statistics: bool = True) -> _Prepared:
+    """The float64 values and their layout. ``sort=False`` for results given per reward
+    (advantages, masks): the groups need not be numbered in sorted id order
+    (:func:`_arrays.factorize`), so string ids are never sorted; errors name the same group
+    either way (``first_group``). ``statistics=False``: no kernel follows (``units`` is None)."""
     x, backend = _arrays.as_float64(rewards, "rewards", library="auto", copy=False, convert=False)
     values, lay = _arrays.arrange(x, index, dim, "rewards", sort=sort)
-    return values, lay, backend
+    units = None
+    if statistics:  # on the input as it is (half the bytes for float32), else on the float64 values
+        name = str(x.dtype).removeprefix("torch.")
+        floating = name.startswith(("float", "bfloat"))
+        units = _units(x, name in _SHORT_DTYPES) if floating else _units(values, False)
+    owned = isinstance(lay, _arrays.Rows) or values is not x  # not the caller's memory
+    return _Prepared(values, lay, backend, units, owned)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,7 +609,7 @@ class GroupStatistics:
     * ``divisor``: ``d`` under ``convention`` (``std_ddof + eps`` or ``max(std_ddof, eps)``
       over the group or the whole batch, 1 for ``scale="none"``; a singleton group gets
       1 under ``singleton="zero"``, ``1 + eps`` under ``"unit_std"``);
-    * ``silent``: all rewards of the group are equal (exactly: ``min == max``);
+    * ``silent``: all rewards of the group are equal (exactly, as ``min == max``);
     * ``singleton``: ``G == 1``.
 
     With ``index=``: ``ids`` holds the group ids in group order (sorted order when the
@@ -488,9 +677,9 @@ def group_statistics(
     array(['a', 'b'], dtype=object)
     """
     conv = get_convention(convention)
-    values, lay, backend = _prepare(rewards, index, dim)
+    values, lay, backend, units, owned = _prepare(rewards, index, dim)
     k = lay.sum(values)
-    scaled = _statistics(values, lay, conv, owned=True)
+    scaled = _statistics(values, lay, conv, owned=owned, units=units)
     kern = scaled.kernel
     xp = _xp(k)
     std = scaled.sigma
@@ -511,8 +700,8 @@ def group_statistics(
 
     inverse = None
     if lay.ids is not None:
-        inverse = lay.inverse
-        inverse = backend.out(inverse, "int64")
+        inverse = lay.inverse  # may be the caller's ids themselves (factorize): a copy goes out
+        inverse = backend.out(inverse.clone() if is_tensor(inverse) else inverse.copy(), "int64")
     return GroupStatistics(
         size=out(kern.size, "int64"),
         k=out(k, "float64"),
@@ -547,8 +736,8 @@ def grpo_advantage(
     array([ 0.70710678, -1.        , -1.41421356,  1.        ,  0.70710678])
     """
     conv = get_convention(convention)
-    values, lay, backend = _prepare(rewards, index, dim, sort=False)
-    adv = _statistics(values, lay, conv, owned=True).advantages()
+    values, lay, backend, units, owned = _prepare(rewards, index, dim, sort=False)
+    adv = _statistics(values, lay, conv, owned=owned, units=units).advantages(backend.numpy_dtype)
     return backend.out(lay.restore(adv))
 
 
@@ -577,7 +766,7 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
     >>> rloo_advantage(np.array([1.0, 0.0, 0.0, 0.0]))
     array([ 1.        , -0.33333333, -0.33333333, -0.33333333])
     """
-    values, lay, backend = _prepare(rewards, index, dim, sort=False)
+    values, lay, backend, units, owned = _prepare(rewards, index, dim, sort=False)
     lonely = lay.sizes == 1
     if bool(lonely.any()):
         group = lay.first_group(lonely)
@@ -585,7 +774,7 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
             f"rewards has a group of size 1 ({lay.describe(group)}); RLOO's leave-one-out "
             "baseline needs G >= 2 responses per group. Sample more responses or drop the group"
         )
-    kern = _statistics(values, lay, DR_GRPO, owned=True).kernel
+    kern = _statistics(values, lay, DR_GRPO, owned=owned, units=units).kernel
     adv = _apply(kern, kern.centered, (kern.size - 1) / kern.size, None if kern.unscaled else -kern.exponent)
     return backend.out(lay.restore(adv))
 
@@ -602,7 +791,7 @@ def dapo_keep_mask(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
     array([[ True,  True,  True],
            [False, False, False]])
     """
-    values, lay, backend = _prepare(rewards, index, dim, sort=False)
+    values, lay, backend, _, _ = _prepare(rewards, index, dim, sort=False, statistics=False)
     _arrays.check_finite(values, lay, "rewards")
     keep = lay.min(values) < lay.max(values)  # not silent; a singleton is silent
     element = lay.expand(keep)

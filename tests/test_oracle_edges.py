@@ -16,6 +16,8 @@ import mpmath
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sigma_ref import (
     PRESETS,
@@ -232,3 +234,88 @@ def test_import_is_light() -> None:
         "assert set(sigma_ref.__all__) <= set(dir(sigma_ref))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+UNITS = [
+    pytest.param([0.0, 0.5, 1.0], np.float64, 2.0**24, id="binary-and-half"),
+    pytest.param([0.0, -0.0], np.float64, 0.0, id="zeros"),
+    pytest.param([2.0**-149, -2.0], np.float32, 2.0**173, id="float32-subnormal"),
+    pytest.param([0.1], np.float32, 13421773.0, id="float32-tenth"),
+    pytest.param([1.0, 0.0], np.float16, 2.0**23, id="float16"),
+    pytest.param([0.1], np.float64, None, id="float64-tenth"),
+    pytest.param([np.nan, 1.0], np.float32, None, id="nan"),
+    pytest.param([np.inf, 1.0], np.float64, None, id="inf"),
+    pytest.param([2.0**200], np.float64, None, id="beyond-float32"),
+]
+
+
+@pytest.mark.parametrize(("values", "dtype", "expected"), UNITS)
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_units_pick_the_kernel_way(values: list[float], dtype, expected, library: str) -> None:
+    """``_units``: ``max|R| / 2**q`` for float32 numbers, ``None`` otherwise; numpy (on the
+    bits) and torch agree."""
+    from sigma_ref.advantages import _units
+
+    x = np.array(values, dtype=dtype)
+    narrow = dtype != np.float64
+    if library == "torch":
+        x = torch.from_numpy(x)
+    assert _units(x, narrow) == expected
+
+
+def test_kernel_way_boundaries() -> None:
+    """Exact while ``2 G U <= 2**53``; float32 numbers beyond that while ``G <= 2**26``."""
+    from sigma_ref.advantages import _centring
+
+    assert _centring(None, 8) == "general"
+    assert _centring(0.0, 2**40) == "exact"
+    assert _centring(2.0**49, 8) == "exact"
+    assert _centring(np.nextafter(2.0**49, np.inf), 8) == "float32"
+    assert _centring(2.0**49, 2**26) == "float32"
+    assert _centring(2.0**49, 2**26 + 1) == "general"
+
+
+def _exact_centred(group: np.ndarray) -> tuple[list[Fraction], Fraction]:
+    exact = [Fraction(float(v)) for v in group]
+    mu = sum(exact) / len(exact)
+    return [v - mu for v in exact], mu
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.lists(
+        st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=2, max_size=9),
+        min_size=1,
+        max_size=6,
+    ),
+    interleave=st.randoms(use_true_random=False),
+)
+def test_float32_rewards_centre_correctly_rounded_or_within_the_bound(data, interleave) -> None:
+    """Any float32 rewards, ragged and interleaved: in the exact way every ``R_i - mu`` and
+    ``mu`` is correctly rounded; in the others within ``(G + 4) u max|R_i - mu|``; silent
+    groups are silent and nothing else is."""
+    from sigma_ref.advantages import _centring, _units
+
+    flat = np.array([v for g in data for v in g], dtype=np.float64)
+    index = np.array([i for i, g in enumerate(data) for _ in g])
+    perm = list(range(flat.size))
+    interleave.shuffle(perm)
+    flat, index = flat[perm], index[perm]
+    way = _centring(_units(flat, False), max(len(g) for g in data))
+    try:
+        got = dr_grpo_advantage(flat, index=index)
+        stats = group_statistics(flat, index=index)
+    except ValueError as exc:  # a sum beyond float64 (float32 numbers near 3.4e38 do fit)
+        pytest.fail(f"{way} way raised {exc}")
+    for g in range(len(data)):
+        members = flat[index == g]
+        centred, mu = _exact_centred(members)
+        out = got[index == g]
+        assert bool(stats.silent[g]) == bool(np.all(members == members[0]))
+        if way == "exact":
+            assert out.tolist() == [float(c) for c in centred]
+            assert float(stats.mean[g]) == float(mu)
+        else:
+            scale = max(abs(c) for c in centred)
+            err = max(abs(Fraction(float(o)) - c) for o, c in zip(out, centred, strict=True))
+            assert err <= (len(members) + 4) * Fraction(1, 2**53) * scale

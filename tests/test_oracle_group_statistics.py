@@ -168,3 +168,67 @@ def test_torch_kernel_equals_numpy_kernel(monkeypatch: pytest.MonkeyPatch, layou
     via_torch = run()
     for a, b in zip(via_numpy, via_torch, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _float32_rows(way: str, G: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of float32 numbers (held in float64) that the kernel centres ``way``."""
+    from sigma_ref.advantages import _centring, _units
+
+    rows = np.concatenate(
+        [
+            rng.random((5, G)).astype(np.float32).astype(np.float64),
+            (rng.random((5, G)) < 0.5).astype(np.float64),  # binary, some silent
+            np.full((1, G), 0.1, dtype=np.float32).astype(np.float64),  # silent, not dyadic
+            1000.0 + np.round(rng.random((2, G)) * 64) / 64,  # an offset
+        ]
+    )
+    if way == "float32":  # one row of a wide dynamic range moves the batch to the float32 way
+        rows = np.concatenate([rows, np.array([[2.0**-149, 2.0**100] + [1.0] * (G - 2)])])
+    assert _centring(_units(rows, False), G) == way
+    return rows
+
+
+@pytest.mark.parametrize("G", [4, 6])
+@pytest.mark.parametrize("way", ["exact", "float32"])
+@pytest.mark.parametrize("layout", ["rows", "interleaved", "ragged"])
+def test_float32_ways_torch_kernel_equals_numpy_kernel(
+    monkeypatch: pytest.MonkeyPatch, layout: str, way: str, G: int
+) -> None:
+    """The exact and float32 ways (float32 numbers) give the same bits through numpy and
+    through torch's code path, in every layout, with silent groups detected exactly."""
+    from sigma_ref import _arrays, dr_grpo_advantage, rloo_advantage
+
+    rng = np.random.default_rng(G)
+    rows = _float32_rows(way, G, rng)
+    flat, index = rows.reshape(-1), np.repeat(np.arange(rows.shape[0]), G)
+    if layout != "rows":
+        perm = rng.permutation(flat.size)
+        flat, index = flat[perm], index[perm]
+    if layout == "ragged":  # drop some rewards: groups of several sizes, one of size 1
+        keep = np.ones(flat.size, dtype=bool)
+        keep[np.flatnonzero(index == 0)[1:]] = False
+        keep[np.flatnonzero(index == 1)[:2]] = False
+        flat, index = flat[keep], index[keep]
+    args = (rows, {}) if layout == "rows" else (flat, {"index": torch.from_numpy(index)})
+
+    def run() -> list[np.ndarray]:
+        r = torch.from_numpy(args[0].copy())
+        out = [dr_grpo_advantage(r, convention="verl", **args[1])]
+        if layout != "ragged":
+            out.append(rloo_advantage(r, **args[1]))
+        for conv in PRESETS.values():
+            if layout == "ragged" and conv.singleton == "error":
+                continue
+            out.append(grpo_advantage(r, convention=conv, **args[1]))
+        stats = group_statistics(r, convention="verl", **args[1])
+        out += [stats.sigma, stats.divisor, stats.mean, stats.silent]
+        return [o.numpy() for o in out]
+
+    via_numpy = run()
+    silent = via_numpy[-1]
+    per_group = rows if layout == "rows" else [flat[index == g] for g in np.unique(index)]
+    assert silent.tolist() == [bool(np.all(g == g[0])) for g in per_group]
+    monkeypatch.setattr(_arrays, "TORCH_KERNEL_ON_CPU", True)
+    via_torch = run()
+    for a, b in zip(via_numpy, via_torch, strict=True):
+        np.testing.assert_array_equal(a, b)
