@@ -18,6 +18,7 @@ import math
 import numbers
 import operator
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -301,7 +302,7 @@ class Segments:
     (``None`` when the groups are the rows of a ``[..., G]`` array: then
     ``batch_shape``/``dim`` describe it, the identity's layout). ``in_order``: the groups are
     numbered in :func:`factorize`'s sorted order; ``False`` when they may be numbered in
-    first-seen order (``sort=False``), which only :meth:`first_group` has to undo.
+    another order (``sort=False``), which only :meth:`first_group` has to undo.
     """
 
     inverse: Array
@@ -392,13 +393,19 @@ class Segments:
         return int(self.inverse[flat_position])
 
     def first_group(self, mask: Array) -> int:
-        """The first group where ``mask`` (per group) holds, in sorted group order: the group an
-        error names. With ``in_order=False`` the ids' sorted order is worked out here (on the
-        error path only), so errors name the same group as with ``sort=True``."""
+        """The first group where ``mask`` (per group) holds, in sorted group order (first-seen
+        order for ids that do not sort): the group an error names. With ``in_order=False`` that
+        order is worked out here (on the error path only), so errors name the same group as with
+        ``sort=True``."""
         where = _first_groups(mask)
         if self.in_order or self.ids is None or where.size == 1:
             return int(where[0])
-        rank = _factorize_by_value(self.ids.tolist())[0]  # sorted (else first-seen) rank of each id
+        try:
+            rank = _factorize_by_value(self.ids.tolist(), sortable_only=True)[0]  # sorted rank
+        except _UnsortableError:  # the groups' first positions
+            inverse = self.inverse.cpu().numpy() if is_tensor(self.inverse) else self.inverse
+            rank = np.full(self.n_groups, inverse.size, dtype=np.int64)
+            np.minimum.at(rank, inverse, np.arange(inverse.size))
         return int(where[np.argmin(rank[where])])
 
     def caller_position(self, flat_position: int) -> int:
@@ -451,12 +458,11 @@ def _factorize_ints_numpy(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
         if hi - lo + 1 <= 4 * a.size + 1024:
             shifted = (a - lo).astype(np.intp, copy=False)
             counts = np.bincount(shifted, minlength=hi - lo + 1)
-    span = hi - lo + 1
     if counts is not None:
         present = counts > 0
+        if bool(present.all()):  # every id in [lo, hi] occurs: the shifted ids are the group numbers
+            return shifted, counts, np.arange(lo, hi + 1, dtype=a.dtype)
         ids = (np.flatnonzero(present) + int(lo)).astype(a.dtype)
-        if ids.size == span:  # every id in [lo, hi] occurs: the shifted ids are the group numbers
-            return shifted, counts, ids
         rank = np.cumsum(present) - 1
         return rank[shifted], counts[present], ids
     ids, inverse = np.unique(a, return_inverse=True)
@@ -482,7 +488,7 @@ def _factorize_ints_torch(a: Any) -> tuple[Any, Any, np.ndarray]:
     return inverse, torch.bincount(inverse, minlength=ids_t.numel()), ids_t.cpu().numpy()
 
 
-def _refuse_self_unequal(table: dict[Any, Any], seq: list[Any]) -> None:
+def _refuse_self_unequal(table: Iterable[Any], seq: list[Any]) -> None:
     """Raise for an id that is not equal to itself (NaN): it cannot name a group."""
     for key in table:
         try:
@@ -567,7 +573,8 @@ def _factorize_objects(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Factorise hashable ids with a dict: groups are ids equal under ``==`` (``1`` and ``'1'``
     differ). Group order is sorted order when the ids sort, else first-seen order; with
-    ``sort=False`` always first-seen order (nothing is sorted, as ``pandas.factorize``).
+    ``sort=False`` nothing is sorted: the order in which the objects lie in memory for a batch
+    that repeats its id objects (each group named by one of its ids), else first-seen order.
 
     Batches repeat each id object (``np.repeat`` of a uid array, or one string per group reused):
     the objects are first grouped by identity (``id()``, their address: no object is read, so no
@@ -578,19 +585,23 @@ def _factorize_objects(
     n = len(seq)
     if n >= 4096:
         address = _addresses(seq)
-        slots = ((address - address.min()) >> np.uint64(4)).astype(np.int64)
+        slots = address - address.min()
+        np.right_shift(slots, np.uint64(4), out=slots)
+        slots = slots.view(np.int64)
         span = int(slots.max()) + 1
-        if span <= 16 * n + 1024:  # objects of one batch sit close together: a presence map
-            present = np.zeros(span, dtype=bool)
-            present[slots] = True
+        if span <= 16 * n + 1024:  # objects of one batch sit close together: a count per address
+            per_slot = np.bincount(slots, minlength=span)
+            present = per_slot > 0
             rank = np.cumsum(present, dtype=np.int64 if span >= 2**31 else np.int32)
-            by_object = rank[slots].astype(np.int64) - 1
+            by_object = rank[slots] - np.int64(1)  # int64, in one pass
             m = int(rank[-1])
+            object_sizes = per_slot[present]
         else:
             _, by_object = np.unique(slots, return_inverse=True)
             m = int(by_object.max()) + 1
-        if 2 * m <= n and not sort:  # repeated objects, numbered by first appearance
-            return _factorize_repeated_first_seen(seq, by_object, m)
+            object_sizes = np.bincount(by_object, minlength=m)
+        if 2 * m <= n and not sort:  # repeated objects, numbered by address
+            return _factorize_repeated_any_order(seq, by_object, m, object_sizes)
         if 2 * m <= n:  # repeated objects: worth the detour
             any_position = np.empty(m, dtype=np.int64)
             any_position[by_object] = np.arange(n)  # whichever position lands, it is the same object
@@ -604,36 +615,31 @@ def _factorize_objects(
     return _factorize_by_value(_as_list(seq), sort=sort)
 
 
-def _factorize_repeated_first_seen(
-    seq: list[Any] | np.ndarray, by_object: np.ndarray, m: int
+def _factorize_repeated_any_order(
+    seq: list[Any] | np.ndarray, by_object: np.ndarray, m: int, object_sizes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_factorize_objects` with ``sort=False`` once ``by_object`` numbers the ``m`` distinct
-    objects of ``seq`` in address order: one object per address goes through the dict (which merges
-    distinct objects equal by ``==``), taken in address order (the objects are read in memory
-    order, not in the batch's random order); the groups are then numbered by first position."""
+    objects of ``seq`` in address order (``object_sizes`` their counts): one object per address goes
+    through the dict (which merges distinct objects equal by ``==``), in address order, so the
+    objects are read in memory order, not in the batch's random order; the groups keep that order."""
     n = len(seq)
-    first = np.full(m, n, dtype=np.int64)
-    np.minimum.at(first, by_object, np.arange(n))  # each object's first position
-    objects = _take(seq, first)
+    any_position = np.empty(m, dtype=np.int64)
+    any_position[by_object] = np.arange(n)  # whichever position lands, it is the same object
+    objects = _take(seq, any_position)
     try:
-        code, _, values = _factorize_by_value(objects, sort=False)  # values numbered in address order
+        distinct = set(objects)  # a set, not a dict: every object one value is the usual case
+    except TypeError:
+        return _factorize_by_value(_as_list(seq), sort=False)  # the error at the caller's position
+    if len(distinct) == m and None not in distinct:  # the objects are the groups
+        if not set(map(type, distinct)) <= _SELF_EQUAL_TYPES:
+            _refuse_self_unequal(distinct, _as_list(seq))
+        return by_object, object_sizes, np.fromiter(objects, dtype=object, count=m)
+    try:  # distinct objects equal by ==: the dict merges them
+        code, _, ids = _factorize_by_value(objects, sort=False)
     except (TypeError, ValueError):
         return _factorize_by_value(_as_list(seq), sort=False)  # the error at the caller's position
-    if values.size < m:  # distinct objects equal by ==: a value's first position is its objects' least
-        value_first = np.full(values.size, n, dtype=np.int64)
-        np.minimum.at(value_first, code, first)
-        # each value is named by its first-seen object, as in the dict over every element
-        values = np.fromiter(_take(seq, value_first), dtype=object, count=values.size)
-    else:
-        value_first = first
-    is_first = np.zeros(n, dtype=bool)
-    is_first[value_first] = True
-    value_rank = (np.cumsum(is_first, dtype=np.int64) - 1)[value_first]  # first-seen number
-    ids = np.empty(values.size, dtype=object)
-    ids[value_rank] = values
-    rank = value_rank if values.size == m else value_rank[code]
-    inverse = rank[by_object]
-    return inverse, np.bincount(inverse, minlength=values.size), ids
+    inverse = code[by_object]
+    return inverse, np.bincount(inverse, minlength=ids.size), ids
 
 
 def _factorize_by_value(
@@ -698,9 +704,10 @@ def factorize(
     ``None`` gives numpy. None, NaN and unhashable ids are refused.
 
     ``sort=False`` is for callers whose results do not depend on the group order (one value
-    per reward): ids that are Python objects (strings, tuples, ...) are then numbered in
-    first-seen order, as ``pandas.factorize``, and never sorted; numbers keep sorted order
-    (it costs nothing more). Grouping and errors are the same as with ``sort=True``.
+    per reward): ids that are Python objects (strings, tuples, ...) are then never sorted and
+    numbered in an order that is cheapest to find (their objects' order in memory, or first
+    seen); numbers keep sorted order (it costs nothing more). Grouping and errors are the same
+    as with ``sort=True``.
     """
     if isinstance(index, (str, bytes)) or index is None or isinstance(index, numbers.Number):
         raise TypeError(f"index={index!r} must be a sequence of group ids, one per reward")
@@ -822,7 +829,7 @@ def arrange(x: Array, index: Any, dim: Any, name: str, *, sort: bool = True) -> 
 
     Without ``index``: :class:`Rows` along ``dim``. With ``index``: :class:`Rows` when the
     ids come in contiguous runs of one length (``[a, a, b, b, ...]``), else :class:`Segments`.
-    ``sort=False``: the groups may be numbered in first-seen order (:func:`factorize`), for
+    ``sort=False``: the groups may be numbered in another order (:func:`factorize`), for
     callers whose results are per reward; :meth:`Segments.first_group` still names the group an
     error would name in sorted order.
     """

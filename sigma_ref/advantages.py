@@ -336,8 +336,13 @@ def _centre_exact(values: Array, lay: Layout, owned: bool, scratch: Array | None
     size = lay.sizes
     total = lay.sum(values)
     mean = total / size
-    if bool((_xp(size).frexp(size)[0] == 0.5).all()):
-        # every G a power of two: the mean is exact, and so is R_i - mean (its integer of
+    if isinstance(lay, _arrays.Rows):
+        count: Any = float(lay.size)
+    else:  # groups of one size (the usual case) scale by a scalar, with no per-element count
+        smallest, largest = float(size.min()), float(size.max())
+        count = smallest if smallest == largest else None
+    if count is not None and math.frexp(count)[0] == 0.5:
+        # G a power of two: the mean is exact, and so is R_i - mean (its integer of
         # 2**q / G is n R_i - sum R): one subtraction
         if owned:
             centered = values
@@ -345,11 +350,7 @@ def _centre_exact(values: Array, lay: Layout, owned: bool, scratch: Array | None
         else:
             centered = values - lay.expand(mean, scratch)
     else:
-        if isinstance(lay, _arrays.Rows):
-            count: Any = float(lay.size)
-        elif bool((size == size[0]).all()):  # groups of one size: a scalar, no per-element count
-            count = float(size[0])
-        else:
+        if count is None:
             count = lay.expand(size)
         if owned:
             centered = values
@@ -533,8 +534,7 @@ def _unscaled_statistics(kernel: _Kernel, whole: _Kernel | None, conv: Conventio
     if conv.scale == "none":
         divisor = xp.ones_like(kernel.squares)
     elif conv.scale == "group":
-        dof = kernel.size - conv.ddof
-        divisor = _plain_eps(_sqrt(kernel.squares / _at_least_one(dof)), conv)
+        divisor = _plain_eps(_sqrt(kernel.squares / _at_least_one(kernel.size - conv.ddof)), conv)
     else:
         assert whole is not None
         n = int(whole.size[0])
@@ -699,9 +699,9 @@ def group_statistics(
         return backend.out(per(v), kind)
 
     inverse = None
-    if lay.ids is not None:
-        inverse = lay.inverse  # may be the caller's ids themselves (factorize): a copy goes out
-        inverse = backend.out(inverse.clone() if is_tensor(inverse) else inverse.copy(), "int64")
+    if lay.ids is not None and lay.inverse is not None:
+        own = lay.inverse  # may be the caller's ids themselves (factorize): a copy goes out
+        inverse = backend.out(own.clone() if is_tensor(own) else own.copy(), "int64")
     return GroupStatistics(
         size=out(kern.size, "int64"),
         k=out(k, "float64"),

@@ -1,11 +1,13 @@
-"""``factorize(..., sort=False)`` (issue 12): first-seen group order, nothing sorted.
+"""``factorize(..., sort=False)`` (issue 12): the groups of ``sort=True``, nothing sorted.
 
 The per-reward functions (``grpo_advantage``, ``dr_grpo_advantage``, ``rloo_advantage``,
 ``dapo_keep_mask``) do not depend on the group order, so they group string ids without sorting
-them. Every case here checks that path against a plain first-seen dict over every element (the
-definition, as ``pandas.factorize(sort=False)``) and against the sorted path (the same groups,
-relabelled), and that errors name the same position and the same group as before. Integer ids
-keep sorted order at no cost: they are counted, not sorted (the last test).
+them: in the order their objects lie in memory when the batch repeats its id objects (the
+cheapest order to find), else first seen. Every case here checks that path against a plain
+first-seen dict over every element (the definition, as ``pandas.factorize(sort=False)``: the
+same groups, relabelled, each named by one of its ids; the same numbering on the dict path) and
+against the sorted path, and that errors name the same position and the same group as before.
+Integer ids keep sorted order at no cost: they are counted, not sorted (the last test).
 """
 
 from __future__ import annotations
@@ -37,14 +39,34 @@ def _first_seen(seq: list[Any]) -> tuple[list[int], list[int], list[Any]]:
     return inverse, np.bincount(inverse, minlength=len(table)).tolist(), list(table)
 
 
+def _same_groups(inverse: Any, sizes: Any, ids: Any, seq: list[Any]) -> dict[int, int]:
+    """``(inverse, sizes, ids)`` are the first-seen groups of ``seq`` relabelled, each named by
+    one of its ids; returns the relabelling (group number -> first-seen number)."""
+    want_inverse, want_sizes, want_ids = _first_seen(seq)
+    relabel: dict[int, int] = {}
+    for got, want in zip(np.asarray(inverse).tolist(), want_inverse, strict=True):
+        assert relabel.setdefault(got, want) == want  # one first-seen group per group
+    assert sorted(relabel.values()) == list(range(len(want_ids))) == sorted(relabel)  # a bijection
+    assert [np.asarray(sizes).tolist()[j] for j in range(len(ids))] == [
+        want_sizes[relabel[j]] for j in range(len(ids))
+    ]
+    members: dict[int, set[int]] = {}
+    for x, g in zip(seq, np.asarray(inverse).tolist(), strict=True):
+        members.setdefault(g, set()).add(id(x))
+    assert all(id(name) in members[j] for j, name in enumerate(ids))  # an id of the group itself
+    return relabel
+
+
 def _check(seq: list[Any]) -> None:
-    """``sort=False`` is the first-seen factorisation, and a relabelling of ``sort=True``."""
+    """``sort=False`` gives the groups of the first-seen factorisation (numbered first-seen by the
+    dict over every element), and a relabelling of ``sort=True``."""
     inverse, sizes, ids = factorize(seq, len(seq), sort=False)
     want = _first_seen(seq)
     assert inverse.dtype == np.int64 and sizes.dtype == np.float64 and ids.dtype == object
-    assert inverse.tolist() == want[0]
-    assert sizes.tolist() == want[1]
-    assert ids.tolist() == want[2] and [type(x) for x in ids] == [type(x) for x in want[2]]
+    relabel = _same_groups(inverse, sizes, ids, seq)
+    if len(seq) < 4096:  # the dict over every element: first-seen numbering itself
+        assert relabel == {j: j for j in relabel}
+        assert [type(x) for x in ids] == [type(x) for x in want[2]]
     s_inverse, s_sizes, s_ids = factorize(seq, len(seq))
     assert len(s_ids) == len(ids)
     assert [s_ids[j] for j in s_inverse] == [ids[j] for j in inverse]  # same id for every reward
@@ -101,22 +123,25 @@ def test_id_kinds(names: list[Any], count: int) -> None:
     _check(seq[::-1])
 
 
-def test_equal_values_in_distinct_objects_name_the_group_by_the_first_one() -> None:
+def test_equal_values_in_distinct_objects_are_one_group() -> None:
     seq: list[Any] = [2.0, 1, 1.0, True] * (N // 4)  # one object each, the value 1 in three kinds
-    inverse, _, ids = factorize(seq, N, sort=False)
-    assert ids.tolist() == [2.0, 1] and type(ids[1]) is int
-    assert inverse.tolist() == [0, 1, 1, 1] * (N // 4)
+    inverse, sizes, ids = factorize(seq, N, sort=False)
+    assert len(ids) == 2 and sorted(sizes.tolist()) == [N // 4, 3 * N // 4]
+    one = int(inverse[1])
+    assert inverse.tolist() == [1 - one, one, one, one] * (N // 4) and ids[one] == 1
+    _same_groups(inverse, sizes, ids, seq)
 
 
 def test_object_array_and_tensor_device() -> None:
     uids = np.repeat(np.array(_uuids(N // 8), dtype=object), 8)  # verl's layout
     inverse, sizes, ids = factorize(uids, N, sort=False)
-    assert inverse.tolist() == np.repeat(np.arange(N // 8), 8).tolist()
-    assert ids.tolist() == uids[::8].tolist() and (sizes == 8).all()
+    _same_groups(inverse, sizes, ids, uids.tolist())
+    assert (sizes == 8).all()
     seq = _interleaved(_uuids(N // 8), 8)
     t_inverse, t_sizes, t_ids = factorize(seq, N, torch.device("cpu"), sort=False)
     assert torch.is_tensor(t_inverse) and t_inverse.dtype == torch.int64 and t_sizes.dtype == torch.float64
-    assert t_inverse.tolist() == _first_seen(seq)[0] and t_ids.tolist() == _first_seen(seq)[2]
+    assert t_inverse.tolist() == factorize(seq, N, sort=False)[0].tolist()
+    _same_groups(t_inverse, t_sizes, t_ids, seq)
 
 
 def test_numbers_keep_sorted_order() -> None:
@@ -218,6 +243,21 @@ def test_singleton_error_with_unsortable_ids_names_the_first_seen() -> None:
     seq: list[Any] = [(1,), 1, 1, "a", "a", 2]
     with pytest.raises(ValueError, match=r"size 1 \(group with index id \(1,\)\)"):
         grpo_advantage(np.zeros(len(seq)), index=seq)
+
+
+def test_singleton_error_with_unsortable_repeated_ids_names_the_first_seen() -> None:
+    """Ids that do not sort, numbered by address underneath: the error still names the group seen
+    first, here the singleton at the higher address (so not group 0 underneath)."""
+    names: list[Any] = [i if i % 2 else f"s{i}" for i in range(N // 4)]
+    early, late = sorted([("a",), ("b",)], key=id, reverse=True)
+    seq = [early] + [names[i] for i in np.random.default_rng(8).permutation(np.repeat(np.arange(N // 4), 4))]
+    seq.append(late)
+    _, lay = arrange(np.zeros(len(seq)), seq, -1, "rewards", sort=False)
+    assert lay.ids is not None and lay.ids[int(lay.inverse[0])] is early and not lay.in_order
+    assert int(lay.inverse[0]) > int(lay.inverse[-1])  # numbered by address: the late one first
+    for fn in (grpo_advantage, rloo_advantage):
+        with pytest.raises(ValueError, match=re.escape(f"size 1 (group with index id {early!r})")):
+            fn(np.zeros(len(seq)), index=seq)
 
 
 def test_non_finite_rewards_name_their_group() -> None:

@@ -232,3 +232,15 @@ def test_float32_ways_torch_kernel_equals_numpy_kernel(
     via_torch = run()
     for a, b in zip(via_numpy, via_torch, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_inverse_is_not_the_callers_ids(library: str) -> None:
+    """Ids that already are the group numbers are read in place, never handed back: writing to
+    ``stats.inverse`` leaves the caller's ids alone."""
+    ids = np.array([0, 1, 2, 0, 1, 2])
+    index = torch.from_numpy(ids) if library == "torch" else ids
+    stats = group_statistics(np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]), index=index)
+    assert np.asarray(stats.inverse).tolist() == ids.tolist()
+    stats.inverse[0] = 7
+    assert ids.tolist() == [0, 1, 2, 0, 1, 2]
