@@ -228,6 +228,10 @@ def rows(quick: bool) -> list[Row]:
         out.append(
             skipped(f"grpo_advantage(index=int ids) vs verl itself, N = {size:,}", "verl not installed")
         )
+        six = (size // 6) * 6
+        out.append(
+            skipped(f"grpo_advantage(index=int ids) vs verl itself, G = 6, N = {six:,}", "verl not installed")
+        )
     else:
         rewards = scores[:, None]
         mask = torch.ones_like(rewards)
@@ -241,6 +245,21 @@ def rows(quick: bool) -> list[Row]:
                 baseline_name="verl compute_grpo_vectorized_outcome_advantage",
                 goal=1.0,
                 goal_text=">= 1x",
+            )
+        )
+        # a group size that is not a power of two: the exact centring scales by G and back
+        six = (size // 6) * 6
+        ids6 = torch.randperm(six // 6, generator=gen).repeat_interleave(6)
+        ids6 = ids6[torch.randperm(six, generator=gen)]
+        scores6 = torch.rand(six, generator=gen)
+        rewards6, mask6, uid6 = scores6[:, None], torch.ones(six, 1), ids6.numpy()
+        out.append(
+            paired(
+                f"grpo_advantage(index=int ids) vs verl itself, G = 6, N = {six:,}",
+                lambda: sigma_ref.grpo_advantage(scores6, convention="verl", index=ids6),
+                lambda: verl_fn(token_level_rewards=rewards6, response_mask=mask6, index=uid6),
+                repeats,
+                baseline_name="verl compute_grpo_vectorized_outcome_advantage",
             )
         )
     rng = np.random.default_rng(0)

@@ -589,19 +589,17 @@ def _factorize_objects(
         np.right_shift(slots, np.uint64(4), out=slots)
         slots = slots.view(np.int64)
         span = int(slots.max()) + 1
-        if span <= 16 * n + 1024:  # objects of one batch sit close together: a count per address
-            per_slot = np.bincount(slots, minlength=span)
-            present = per_slot > 0
+        if span <= 16 * n + 1024:  # objects of one batch sit close together: a presence map
+            present = np.zeros(span, dtype=bool)  # (a bool per 16 bytes: small enough to stay in cache)
+            present[slots] = True
             rank = np.cumsum(present, dtype=np.int64 if span >= 2**31 else np.int32)
             by_object = rank[slots] - np.int64(1)  # int64, in one pass
             m = int(rank[-1])
-            object_sizes = per_slot[present]
         else:
             _, by_object = np.unique(slots, return_inverse=True)
             m = int(by_object.max()) + 1
-            object_sizes = np.bincount(by_object, minlength=m)
         if 2 * m <= n and not sort:  # repeated objects, numbered by address
-            return _factorize_repeated_any_order(seq, by_object, m, object_sizes)
+            return _factorize_repeated_any_order(seq, by_object, m)
         if 2 * m <= n:  # repeated objects: worth the detour
             any_position = np.empty(m, dtype=np.int64)
             any_position[by_object] = np.arange(n)  # whichever position lands, it is the same object
@@ -616,24 +614,25 @@ def _factorize_objects(
 
 
 def _factorize_repeated_any_order(
-    seq: list[Any] | np.ndarray, by_object: np.ndarray, m: int, object_sizes: np.ndarray
+    seq: list[Any] | np.ndarray, by_object: np.ndarray, m: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_factorize_objects` with ``sort=False`` once ``by_object`` numbers the ``m`` distinct
-    objects of ``seq`` in address order (``object_sizes`` their counts): one object per address goes
-    through the dict (which merges distinct objects equal by ``==``), in address order, so the
-    objects are read in memory order, not in the batch's random order; the groups keep that order."""
+    objects of ``seq`` in address order: one object per address goes through a set (a dict where
+    distinct objects are equal by ``==``, to merge them), in address order, so the objects are read
+    in memory order, not in the batch's random order; the groups keep that order."""
     n = len(seq)
-    any_position = np.empty(m, dtype=np.int64)
-    any_position[by_object] = np.arange(n)  # whichever position lands, it is the same object
+    small = np.int32 if n < 2**31 else np.int64  # half the bytes to write
+    any_position = np.empty(m, dtype=small)
+    any_position[by_object] = np.arange(n, dtype=small)  # whichever position lands, it is the same object
     objects = _take(seq, any_position)
     try:
         distinct = set(objects)  # a set, not a dict: every object one value is the usual case
     except TypeError:
         return _factorize_by_value(_as_list(seq), sort=False)  # the error at the caller's position
     if len(distinct) == m and None not in distinct:  # the objects are the groups
-        if not set(map(type, distinct)) <= _SELF_EQUAL_TYPES:
+        if not set(map(type, objects)) <= _SELF_EQUAL_TYPES:  # (in address order: in memory order)
             _refuse_self_unequal(distinct, _as_list(seq))
-        return by_object, object_sizes, np.fromiter(objects, dtype=object, count=m)
+        return by_object, np.bincount(by_object, minlength=m), np.fromiter(objects, dtype=object, count=m)
     try:  # distinct objects equal by ==: the dict merges them
         code, _, ids = _factorize_by_value(objects, sort=False)
     except (TypeError, ValueError):

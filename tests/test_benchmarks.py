@@ -21,6 +21,7 @@ ROWS = [
     "memory copy x.clone() (the floor)",
     "grpo_advantage(index=int ids), interleaved, N = 131,072 ",
     "grpo_advantage(index=int ids) vs verl itself, N = 131,072 ",
+    "grpo_advantage(index=int ids) vs verl itself, G = 6, N = 131,070 ",
     "grpo_advantage(index=uuid strings), interleaved, N = 131,072 ",
     "sigma-ref audit --file, 20,000 pass rates (process, table) ",
 ]
