@@ -223,43 +223,38 @@ def rows(quick: bool) -> list[Row]:
             goal_text=">= 1x",
         )
     )
+    # the same rows against verl's own function, and at a group size that is not a power of two
+    # (the exact centring then scales by G and back)
+    six = (size // 6) * 6
+    ids6 = torch.randperm(six // 6, generator=gen).repeat_interleave(6)[torch.randperm(six, generator=gen)]
+    against_verl = [
+        (f"grpo_advantage(index=int ids) vs verl itself, N = {size:,}", scores, ids, 1.0),
+        (
+            f"grpo_advantage(index=int ids) vs verl itself, G = 6, N = {six:,}",
+            torch.rand(six, generator=gen),
+            ids6,
+            None,
+        ),
+    ]
     verl_fn = _verl_vectorised()
-    if verl_fn is None:
-        out.append(
-            skipped(f"grpo_advantage(index=int ids) vs verl itself, N = {size:,}", "verl not installed")
-        )
-        six = (size // 6) * 6
-        out.append(
-            skipped(f"grpo_advantage(index=int ids) vs verl itself, G = 6, N = {six:,}", "verl not installed")
-        )
-    else:
-        rewards = scores[:, None]
-        mask = torch.ones_like(rewards)
-        uid = ids.numpy()
+    for work, values, group_ids, goal in against_verl:
+        if verl_fn is None:
+            out.append(skipped(work, "verl not installed"))
+            continue
         out.append(
             paired(
-                f"grpo_advantage(index=int ids) vs verl itself, N = {size:,}",
-                lambda: sigma_ref.grpo_advantage(scores, convention="verl", index=ids),
-                lambda: verl_fn(token_level_rewards=rewards, response_mask=mask, index=uid),
+                work,
+                functools.partial(sigma_ref.grpo_advantage, values, convention="verl", index=group_ids),
+                functools.partial(
+                    verl_fn,
+                    token_level_rewards=values[:, None],
+                    response_mask=torch.ones(len(values), 1),
+                    index=group_ids.numpy(),
+                ),
                 repeats,
                 baseline_name="verl compute_grpo_vectorized_outcome_advantage",
-                goal=1.0,
-                goal_text=">= 1x",
-            )
-        )
-        # a group size that is not a power of two: the exact centring scales by G and back
-        six = (size // 6) * 6
-        ids6 = torch.randperm(six // 6, generator=gen).repeat_interleave(6)
-        ids6 = ids6[torch.randperm(six, generator=gen)]
-        scores6 = torch.rand(six, generator=gen)
-        rewards6, mask6, uid6 = scores6[:, None], torch.ones(six, 1), ids6.numpy()
-        out.append(
-            paired(
-                f"grpo_advantage(index=int ids) vs verl itself, G = 6, N = {six:,}",
-                lambda: sigma_ref.grpo_advantage(scores6, convention="verl", index=ids6),
-                lambda: verl_fn(token_level_rewards=rewards6, response_mask=mask6, index=uid6),
-                repeats,
-                baseline_name="verl compute_grpo_vectorized_outcome_advantage",
+                goal=goal,
+                goal_text=">= 1x" if goal else "",
             )
         )
     rng = np.random.default_rng(0)

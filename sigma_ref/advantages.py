@@ -264,11 +264,7 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False, units: float | N
         # every non-silent group has 2**-400 <= max|R| <= 2**400: no square can overflow or
         # underflow (a non-silent group has a centred value >= ulp(max|R|) / 4), so no scaling
         exponent = _int64(0 * lo)
-        if owned:
-            shifted = values
-            shifted -= lay.expand(hi, scratch)
-        else:
-            shifted = values - lay.expand(hi, scratch)
+        shifted = _minus(values, lay.expand(hi, scratch), owned)
         return _finish_centring(values, lay, shifted, hi, exponent, silent, scratch, owned, unscaled=True)
     _, exponent = xp.frexp(top)  # max|R| < 2**exponent, 0 for zeros
     exponent = _int64(exponent)
@@ -276,11 +272,7 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False, units: float | N
     scale = _pow2(first)
     extra = -exponent - first  # non-zero only for groups with max|R| < 2**-1022
     ref = hi * scale
-    if owned:
-        shifted = values
-        shifted *= lay.expand(scale, scratch)
-    else:
-        shifted = values * lay.expand(scale, scratch)
+    shifted = _times(values, lay.expand(scale, scratch), owned)
     if bool((extra != 0).any()):
         more = _pow2(extra)
         ref = ref * more
@@ -312,11 +304,7 @@ def _finish_centring(
     if shifted is None:
         if not bool(_xp(first_mean).isfinite(first_mean).all()):  # NaN or inf: no float32 sum overflows
             _arrays.check_finite(values, lay, "rewards")
-        if owned:
-            shifted = values
-            shifted -= lay.expand(first_mean, scratch)
-        else:
-            shifted = values - lay.expand(first_mean, scratch)
+        shifted = _minus(values, lay.expand(first_mean, scratch), owned)
     else:
         shifted -= lay.expand(first_mean, scratch)
     correction = lay.sum(shifted) / size
@@ -326,6 +314,22 @@ def _finish_centring(
     if silent is None:
         silent = squares == 0
     return _Kernel(lay, shifted, exponent, mean, squares, silent, size == 1, size, scratch, unscaled)
+
+
+def _minus(values: Array, other: Array, owned: bool) -> Array:
+    """``values - other``, in ``values``'s buffer when it is ``owned``."""
+    if owned:
+        values -= other
+        return values
+    return values - other
+
+
+def _times(values: Array, other: Any, owned: bool) -> Array:
+    """``values * other``, in ``values``'s buffer when it is ``owned``."""
+    if owned:
+        values *= other
+        return values
+    return values * other
 
 
 def _centre_exact(values: Array, lay: Layout, owned: bool, scratch: Array | None) -> _Kernel:
@@ -344,19 +348,11 @@ def _centre_exact(values: Array, lay: Layout, owned: bool, scratch: Array | None
     if count is not None and math.frexp(count)[0] == 0.5:
         # G a power of two: the mean is exact, and so is R_i - mean (its integer of
         # 2**q / G is n R_i - sum R): one subtraction
-        if owned:
-            centered = values
-            centered -= lay.expand(mean, scratch)
-        else:
-            centered = values - lay.expand(mean, scratch)
+        centered = _minus(values, lay.expand(mean, scratch), owned)
     else:
         if count is None:
             count = lay.expand(size)
-        if owned:
-            centered = values
-            centered *= count
-        else:
-            centered = values * count
+        centered = _times(values, count, owned)
         centered -= lay.expand(total, scratch)
         centered /= count
     squares = lay.sum_squares(centered, scratch)
