@@ -18,7 +18,7 @@ import math
 import numbers
 import operator
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -488,7 +488,7 @@ def _factorize_ints_torch(a: Any) -> tuple[Any, Any, np.ndarray]:
     return inverse, torch.bincount(inverse, minlength=ids_t.numel()), ids_t.cpu().numpy()
 
 
-def _refuse_self_unequal(table: Iterable[Any], seq: list[Any]) -> None:
+def _refuse_self_unequal(table: Iterable[Any], seq: Sequence[Any]) -> None:
     """Raise for an id that is not equal to itself (NaN): it cannot name a group."""
     for key in table:
         try:
@@ -556,12 +556,16 @@ class _UnsortableError(Exception):
 _SELF_EQUAL_TYPES = frozenset({str, bytes, int})
 
 
-def _take(seq: list[Any] | np.ndarray, positions: np.ndarray) -> list[Any]:
-    """``[seq[p] for p in positions]`` in one C loop (a list) or one gather (an object array)."""
+def _take(seq: list[Any] | np.ndarray, positions: np.ndarray) -> Sequence[Any]:
+    """``[seq[p] for p in positions]`` in one C loop (a list: as a tuple, not copied into a list,
+    which would touch every object once more) or one gather (an object array)."""
     if isinstance(seq, np.ndarray):
         taken: list[Any] = seq[positions].tolist()
         return taken
-    return list(operator.itemgetter(*positions.tolist())(seq)) if positions.size > 1 else [seq[positions[0]]]
+    if positions.size == 1:
+        return (seq[int(positions[0])],)
+    picked: tuple[Any, ...] = operator.itemgetter(*positions.tolist())(seq)
+    return picked
 
 
 def _as_list(seq: list[Any] | np.ndarray) -> list[Any]:
@@ -642,7 +646,7 @@ def _factorize_repeated_any_order(
 
 
 def _factorize_by_value(
-    seq: list[Any], sortable_only: bool = False, sort: bool = True
+    seq: Sequence[Any], sortable_only: bool = False, sort: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_factorize_objects` through a dict over every element (``sortable_only``: raise
     :class:`_UnsortableError` where the first-seen order would be needed; ``sort=False``:
