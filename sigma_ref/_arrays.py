@@ -583,14 +583,20 @@ def _factorize_objects(
     Batches repeat each id object (``np.repeat`` of a uid array, or one string per group reused):
     the objects are first grouped by identity (``id()``, their address: no object is read, so no
     cache miss per element), and only one object per address is hashed, compared and sorted.
-    Two live objects never share an address and are 16 bytes apart at least, so ``address // 16``
-    names each object once; objects equal by ``==`` but distinct are merged in the dict step.
+    Two live objects never share an address, and when every address offset is a multiple of
+    ``2**s`` (16 for CPython's aligned objects, often more) they are ``2**s`` apart at least, so
+    ``offset >> s`` names each object once; objects equal by ``==`` but distinct are merged in the
+    dict step.
     ``seq`` is a list, or a one-dimensional object array (read in place: no ``tolist()``)."""
     n = len(seq)
     if n >= 4096:
         address = _addresses(seq)
         slots = address - address.min()
-        np.right_shift(slots, np.uint64(4), out=slots)
+        # every offset a multiple of 2**shift: distinct objects are 2**shift apart at least, so
+        # offset >> shift names each once (objects are 16-byte aligned, so shift >= 4; 5 for
+        # pymalloc's 96-byte blocks of short strings: half the slots)
+        common = int(np.bitwise_or.reduce(slots))
+        np.right_shift(slots, np.uint64((common & -common).bit_length() - 1 if common else 0), out=slots)
         slots = slots.view(np.int64)
         span = int(slots.max()) + 1
         if span <= 16 * n + 1024:  # objects of one batch sit close together: a presence map

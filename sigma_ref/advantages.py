@@ -165,10 +165,10 @@ def _short_significands(values: Array) -> bool:
 
 
 def _units(x: Array, narrow: bool) -> float | None:
-    """``max|R| / 2**q`` when every value is a finite float32 number, ``2**q`` the ulp of a
-    float32 number of the smallest non-zero ``|R|`` at its binade's bottom, so every ``R`` is an
-    integer multiple of ``2**q``; ``None`` when some value is not a float32 number (``narrow``:
-    the input dtype says they all are) or not finite.
+    """``max|R| / 2**q`` when every value is a finite float32 number, with ``q = e - 24`` for
+    ``2**(e-1) <= min |R| < 2**e`` over the non-zero ``|R|``: every float32 number that large is
+    an integer multiple of ``2**q``. ``None`` when some value is not a float32 number
+    (``narrow``: the input dtype says they all are) or not finite.
 
     >>> _units(np.array([0.0, 0.5, 1.0]), False)  # multiples of 2**-24, the largest 2**24 of them
     16777216.0
