@@ -600,7 +600,7 @@ def _factorize_objects(
         slots = slots.view(np.int64)
         span = int(slots.max()) + 1
         if span <= 16 * n + 1024:  # objects of one batch sit close together: a presence map
-            present = np.zeros(span, dtype=bool)  # (a bool per 16 bytes: small enough to stay in cache)
+            present = np.zeros(span, dtype=bool)  # a bool per slot: small enough to stay in cache
             present[slots] = True
             rank = np.cumsum(present, dtype=np.int64 if span >= 2**31 else np.int32)
             by_object = rank[slots] - np.int64(1)  # int64, in one pass
@@ -611,9 +611,7 @@ def _factorize_objects(
         if 2 * m <= n and not sort:  # repeated objects, numbered by address
             return _factorize_repeated_any_order(seq, by_object, m)
         if 2 * m <= n:  # repeated objects: worth the detour
-            any_position = np.empty(m, dtype=np.int64)
-            any_position[by_object] = np.arange(n)  # whichever position lands, it is the same object
-            objects = _take(seq, any_position)
+            objects = _one_per_object(seq, by_object, m)
             try:
                 code, _, ids = _factorize_by_value(objects, sortable_only=True)
             except (_UnsortableError, TypeError, ValueError):
@@ -623,6 +621,15 @@ def _factorize_objects(
     return _factorize_by_value(_as_list(seq), sort=sort)
 
 
+def _one_per_object(seq: list[Any] | np.ndarray, by_object: np.ndarray, m: int) -> Sequence[Any]:
+    """One element of ``seq`` for each of its ``m`` distinct objects, in ``by_object``'s order."""
+    n = len(seq)
+    small = np.int32 if n < 2**31 else np.int64  # half the bytes to write
+    position = np.empty(m, dtype=small)
+    position[by_object] = np.arange(n, dtype=small)  # whichever position lands, it is the same object
+    return _take(seq, position)
+
+
 def _factorize_repeated_any_order(
     seq: list[Any] | np.ndarray, by_object: np.ndarray, m: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -630,11 +637,7 @@ def _factorize_repeated_any_order(
     objects of ``seq`` in address order: one object per address goes through a set (a dict where
     distinct objects are equal by ``==``, to merge them), in address order, so the objects are read
     in memory order, not in the batch's random order; the groups keep that order."""
-    n = len(seq)
-    small = np.int32 if n < 2**31 else np.int64  # half the bytes to write
-    any_position = np.empty(m, dtype=small)
-    any_position[by_object] = np.arange(n, dtype=small)  # whichever position lands, it is the same object
-    objects = _take(seq, any_position)
+    objects = _one_per_object(seq, by_object, m)
     try:
         distinct = set(objects)  # a set, not a dict: every object one value is the usual case
     except TypeError:

@@ -405,7 +405,8 @@ def _apply(kernel: _Kernel, centered: Array, den: Array, shift: Array | None, dt
     written in (the output's, so the division and the conversion are one pass)."""
     lay = kernel.layout
     if shift is None:  # unscaled: |centered| <= 2**401 and d >= 2**-460, nothing can overflow
-        if dtype is not None and isinstance(lay, _arrays.Segments) and not is_tensor(centered):
+        narrower = dtype is not None and not is_tensor(centered) and dtype != centered.dtype
+        if narrower and isinstance(lay, _arrays.Segments):
             out = np.empty(centered.shape, dtype=dtype)
             return np.divide(centered, lay.expand(den, kernel.scratch), out=out, casting="unsafe")
         centered /= lay.expand(den, kernel.scratch)
