@@ -110,7 +110,7 @@ def test_aggregation_weights_with_global_counts_by_hand() -> None:
         ({"layout": "contiguous", "split": "split-groups"}, ValueError, "split-groups' needs layout 'index'"),
         ({"layout": "rows"}, ValueError, "layout='rows' must be one of"),
         ({"loss_target": f"{GALLERY}:nothing"}, ValueError, "has no attribute 'nothing'"),
-        ({"loss_target": None}, ValueError, "needs a loss"),
+        ({"layout": "keep-mask"}, ValueError, "layout 'keep-mask' is a dynamic-sampling filter"),
         ({"loss_target": scaleout.oracle_loss}, TypeError, "must be a 'pkg.module:attr' string"),
         (
             {"loss_target": "tests.test_scaleout:loss_with_unknown_parameter"},
@@ -191,7 +191,7 @@ def test_undeclared_aggregation_is_detected_and_noted() -> None:
     results = scaleout._analyse(
         s["runs"], s["batch"], W=2, Ms=(2,), split="whole-groups", aggregation=None, loss_scale="none"
     )
-    assert [r.verdict for r in results] == ["PASS", "NOTE", "PASS"]
+    assert [r.verdict for r in results] == ["pass", "NOTE", "pass"]
     assert "detected on the full batch: seq-mean-token-mean" in results[1].message
     declared = scaleout._analyse(
         s["runs"], s["batch"], W=2, Ms=(2,), split="whole-groups", aggregation="token-mean", loss_scale="none"
@@ -212,7 +212,7 @@ def test_an_adapter_brings_its_layout_and_loss() -> None:
 
 
 def test_oracle_passes_at_w2_m2_within_budget(started: list[subprocess.Popen]) -> None:
-    """The oracle's advantages and loss: every property PASSes; the check takes under 60 s."""
+    """The oracle's advantages and loss: every property passes; the check takes under 60 s."""
     t0 = time.monotonic()
     report = run_scaleout(
         ORACLE_ADV, ORACLE_LOSS, layout="index", aggregation="token-mean", world_size=2, micro_batches=2

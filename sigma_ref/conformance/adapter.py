@@ -63,6 +63,9 @@ _BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask")
 TOKEN_T = 6
 _TOKEN_LENGTHS = (1, TOKEN_T, 3, 2, 5, 4)
 ALL_DTYPES: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
+#: The keyword inputs a loss may take beyond ``(logp, old_logp, advantages, mask)``: the reference
+#: policy's and the rollout engine's log-probs, per token like ``logp``.
+LOSS_EXTRAS: tuple[str, ...] = ("ref_logp", "rollout_logp")
 
 
 @dataclasses.dataclass(frozen=True)

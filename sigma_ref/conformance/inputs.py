@@ -21,6 +21,7 @@ import torch
 from hypothesis import strategies as st
 
 from .. import strategies as sst
+from .adapter import LOSS_EXTRAS as _LOSS_EXTRAS
 from .adapter import TOKEN_T, Batch, array_text, token_lengths
 from .core import Context, Finding, PropertyFailure, guarded
 
@@ -201,8 +202,9 @@ def one_rank_group() -> Any:
     return dist.group.WORLD if dist.get_world_size() == 1 else None
 
 
-#: The keyword inputs a loss may take beyond ``(logp, old_logp, advantages, mask)``.
-LOSS_EXTRAS: tuple[str, ...] = ("ref_logp", "rollout_logp")
+#: The keyword inputs a loss may take beyond ``(logp, old_logp, advantages, mask)`` (defined beside the
+#: Adapter, so that level 5's ranks read it without importing the suite).
+LOSS_EXTRAS: tuple[str, ...] = _LOSS_EXTRAS
 
 
 def keyword_inputs(fn: Any) -> set[str]:

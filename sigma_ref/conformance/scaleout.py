@@ -27,7 +27,21 @@ ranks, so a loss whose pieces should add up to the global loss multiplies by the
 
 **Globals** (:data:`GLOBALS`): a loss ``loss(logp, old_logp, advantages, mask, **globals)``
 gets exactly the keyword arguments its signature names; an advantage function may ask for
-``process_group``, ``rank`` and ``world_size``. ``spec/README.md`` (level 5) documents the protocol
+``process_group``, ``rank`` and ``world_size``.
+
+**Call shapes**: the advantage function is called through its :class:`~.adapter.Adapter`, as at
+levels 0 to 4 (every layout, the ``inputs``/``output`` hooks; layout ``token`` gets
+``(token_level_rewards, response_mask, index)`` of its shard and is read at each row's last valid
+token), on each rank's shard. A loss may return ``(loss, metrics)`` and may take the objective
+inputs ``ref_logp=`` and ``rollout_logp=`` (:data:`~.adapter.LOSS_EXTRAS`): each micro-batch gets
+its rows of ``old_logp``, ``ref_logp`` and ``rollout_logp``. They are the neutral values levels 0
+to 4 use at ratio 1 (``old_logp = ref_logp = rollout_logp = logp.detach()``: importance weight 1,
+no k2 or k3 gradient), so the oracle's policy-gradient prediction holds for a PPO + TIS + k2/k3 loss.
+Without a loss only ``scaleout_advantages`` runs.
+
+**Rendezvous**: rank 0's store listens on ``rendezvous_host`` (default ``127.0.0.1``, loopback
+only; gloo and nccl are pinned to the loopback interface too); give an interface address only for
+a run whose ranks must reach it from other hosts. ``spec/README.md`` (level 5) documents the protocol
 with verl's and TRL's normalisers as examples.
 
 A failure names the bug class with the measured factor ``c`` (the least-squares fit of the
@@ -46,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import inspect
 import json
 import math
@@ -70,7 +85,8 @@ if TYPE_CHECKING:
 
 from ..conventions import AGGREGATION_MODES
 from ..objectives import aggregation_weights
-from .adapter import LAYOUTS, Adapter, load_object
+from .adapter import LAYOUTS, LOSS_EXTRAS, Adapter, Batch, load_adapter
+from .levels import Verdict
 
 __all__ = [
     "GLOBALS",
@@ -81,6 +97,7 @@ __all__ = [
     "SPLITS",
     "ScaleoutJob",
     "ScaleoutResult",
+    "RENDEZVOUS_HOST",
     "ScaleoutReport",
     "oracle_advantages",
     "oracle_loss",
@@ -91,6 +108,8 @@ __all__ = [
 ]
 
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
+#: Where rank 0's rendezvous store listens unless a multi-host run asks otherwise: loopback only.
+RENDEZVOUS_HOST = "127.0.0.1"
 SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 
 #: What the harness can pass to a loss (by keyword, only the names its signature declares).
@@ -237,13 +256,14 @@ def oracle_advantages(rewards: torch.Tensor, index: npt.ArrayLike) -> torch.Tens
 class ScaleoutResult:
     """One level-5 property's outcome.
 
-    ``property``: e.g. ``scaleout_gradient[W=2,M=2]``; ``verdict``: ``PASS``, ``FAIL`` or
-    ``NOTE``; ``factor``: the measured ``c`` (split gradient = ``c`` x reference), or None;
+    ``property``: e.g. ``scaleout_gradient[W=2,M=2]``; ``verdict``: ``pass``, ``FAIL`` or
+    ``NOTE`` (the suite's :data:`~.levels.Verdict`); ``factor``: the measured ``c`` (split
+    gradient = ``c`` x reference), or None;
     ``message``: what was measured, and for a FAIL the bug class.
     """
 
     property: str
-    verdict: str
+    verdict: Verdict
     factor: float | None
     message: str
 
@@ -271,7 +291,7 @@ class ScaleoutReport:
         """The report as printed by the CLI."""
         head = (
             f"scale-out W={self.world_size} M={','.join(map(str, self.micro_batches))} "
-            f"({self.backend}, {self.seconds:.1f} s): " + ("PASS" if self.passed else "FAIL")
+            f"({self.backend}, {self.seconds:.1f} s): " + ("pass" if self.passed else "FAIL")
         )
         return "\n".join([head, *(r.line() for r in self.results)])
 
@@ -350,20 +370,23 @@ def _shard_rows(batch: _Batch, world_size: int, rank: int, split: str) -> np.nda
 _Fn: TypeAlias = "Callable[..., object]"
 
 
-def _declared(fn: _Fn, n_positional: int, vocabulary: Sequence[str], what: str) -> list[str]:
-    """The vocabulary names ``fn`` declares; an unknown required parameter raises TypeError."""
+def _declared(
+    fn: _Fn, n_positional: int, vocabulary: Sequence[str], what: str, *, strict: bool = True
+) -> list[str]:
+    """The vocabulary names ``fn`` declares; an unknown required parameter raises TypeError (unless
+    not ``strict``: an ``inputs`` hook builds the call, so the positional inputs are unknown)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return []
     wanted: list[str] = []
-    rest = params[n_positional:]
+    rest = params[n_positional:] if strict else params
     for p in rest:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.name in vocabulary:
             wanted.append(p.name)
-        elif p.default is p.empty:
+        elif strict and p.default is p.empty:
             raise TypeError(
                 f"{what} has a required parameter {p.name!r} the harness cannot fill; the scale-out "
                 f"check passes only these by keyword: {', '.join(vocabulary)} (give {p.name!r} a default)"
@@ -371,34 +394,46 @@ def _declared(fn: _Fn, n_positional: int, vocabulary: Sequence[str], what: str) 
     return wanted
 
 
-def _resolve(impl: object, layout: str | None, loss: object) -> tuple[_Fn, str, _Fn]:
-    """The advantage function, layout and loss of ``impl`` (a target or an object; an Adapter fills in)."""
-    obj: object = load_object(impl) if isinstance(impl, str) else impl
-    if isinstance(obj, Adapter):
-        layout = layout or obj.layout
-        loss = loss if loss is not None else obj.loss
-        obj = obj.advantages
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}: how the advantage function is called")
-    if loss is None:
-        raise ValueError("the scale-out check needs a loss: pass --loss pkg.module:attr")
-    loss_fn: object = load_object(loss, "--loss") if isinstance(loss, str) else loss
-    if not callable(obj) or not callable(loss_fn):
-        raise TypeError(f"advantages {obj!r} and loss {loss_fn!r} must be callable")
-    return obj, layout, loss_fn
+#: The positional inputs each layout passes (the advantage function's globals come after them).
+_POSITIONAL: dict[str, int] = {"contiguous": 2, "index": 2, "grouped": 1, "token": 3, "keep-mask": 2}
+#: What the harness can pass a loss by keyword: the globals and the objective inputs.
+_LOSS_VOCABULARY: tuple[str, ...] = (*GLOBALS, *LOSS_EXTRAS)
+
+
+def _resolve(
+    impl: str, layout: str | None, loss: str | None, output: str | int | None = None
+) -> tuple[Adapter, _Fn | None]:
+    """The Adapter of ``impl`` (:func:`~.adapter.load_adapter`, as the suite builds it) and the loss
+    (``loss``, else the Adapter's; None: the advantages alone are checked)."""
+    adapter = load_adapter(impl, layout=layout, loss=loss, output=output)
+    if adapter.layout == "keep-mask":
+        raise ValueError(
+            "layout 'keep-mask' is a dynamic-sampling filter: level 5 checks advantages and a loss, "
+            "which a keep mask does not compute"
+        )
+    return adapter, adapter.loss
+
+
+def _advantage_globals(adapter: Adapter) -> list[str]:
+    """The :data:`ADVANTAGE_GLOBALS` the advantage function takes (a required unknown one raises)."""
+    return _declared(
+        adapter.advantages,
+        _POSITIONAL[adapter.layout],
+        ADVANTAGE_GLOBALS,
+        "the advantage function",
+        strict=adapter.inputs is None,
+    )
 
 
 def _call_advantages(
-    fn: _Fn, layout: str, rewards: torch.Tensor, index: npt.NDArray[np.int64], kw: Mapping[str, object]
+    adapter: Adapter, rewards: torch.Tensor, index: npt.NDArray[np.int64], kw: Mapping[str, object]
 ) -> torch.Tensor:
-    if layout == "index":
-        out = fn(rewards, index.copy(), **kw)
-    elif layout == "contiguous":
-        out = fn(rewards, _G, **kw)
-    else:
-        out = fn(rewards.reshape(-1, _G), **kw)
-    if isinstance(out, (tuple, list)):
-        out = out[0]
+    """The advantages of a shard, one per response, called as the suite calls them (the layout, the
+    ``inputs``/``output`` hooks; layout token read at each row's last valid token)."""
+    if kw:
+        adapter = adapter.replace(advantages=functools.partial(adapter.advantages, **kw))
+    batch = Batch(rewards.detach().cpu().numpy(), np.asarray(index).copy())
+    out = adapter.call_raw(batch, rewards)
     if isinstance(out, np.ndarray):
         out = torch.from_numpy(out)
     if not isinstance(out, torch.Tensor):
@@ -415,7 +450,8 @@ class _JobConfig(TypedDict):
 
     impl: str
     loss: str | None
-    layout: str
+    layout: str | None  # as given (None: the Adapter's own)
+    output: str | int | None
     seed: int
     aggregation: str | None
     loss_scale: str
@@ -427,6 +463,7 @@ class _LaunchConfig(TypedDict):
 
     world_size: int
     backend: str
+    host: str
     port: int
     timeout: float  # of the process group's collectives: the parent's deadlines come first
     jobs: list[_JobConfig]
@@ -435,7 +472,7 @@ class _LaunchConfig(TypedDict):
 class _Run(TypedDict):
     """Rank 0's outcome of one configuration: the rank-averaged gradient, the gathered advantages."""
 
-    grad: list[float]
+    grad: list[float] | None  # None: no loss
     advantages: list[float]
 
 
@@ -469,13 +506,18 @@ def _worker(config_path: str, rank: int) -> int:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         say("init_process_group")
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://127.0.0.1:{cfg['port']}",
-            rank=rank,
-            world_size=W,
-            timeout=datetime.timedelta(seconds=2 * cfg["timeout"]),  # the parent's deadline comes first
+        timeout = datetime.timedelta(seconds=2 * cfg["timeout"])  # the parent's deadline comes first
+        host, port = cfg["host"], cfg["port"]
+        listen_fd = None
+        if rank == 0:  # the store listens on the host asked for only (TCPStore alone listens on every one)
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, port))
+            sock.listen(128)
+            listen_fd = sock.detach()
+        store = dist.TCPStore(  # type: ignore[attr-defined]  # exported at run time, not in the stubs
+            host, port, W, rank == 0, timeout=timeout, master_listen_fd=listen_fd
         )
+        dist.init_process_group(backend, store=store, rank=rank, world_size=W, timeout=timeout)
         world = dist.group.WORLD
         solo = dist.new_group([0])  # every rank must create it; only rank 0 uses it (W = 1 runs)
         for k, job in enumerate(cfg["jobs"]):
@@ -509,9 +551,9 @@ def _run_job(
     import torch.distributed as dist
 
     batch = _design_batch(job["seed"], _n_groups(W))
-    adv_fn, layout, loss_fn = _resolve(job["impl"], job["layout"], job["loss"])
-    loss_kw = _declared(loss_fn, 4, list(GLOBALS), "the loss")
-    adv_kw = _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
+    adapter, loss_fn = _resolve(job["impl"], job["layout"], job["loss"], job["output"])
+    loss_kw = [] if loss_fn is None else _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
+    adv_kw = _advantage_globals(adapter)
     feats = torch.tensor(batch.feats, device=device)
     tokens = torch.tensor(batch.tokens, device=device)
     mask = torch.tensor(batch.mask, device=device)
@@ -527,16 +569,17 @@ def _run_job(
         rows_t = torch.tensor(rows, device=device)
         say(f"the advantage function at {tag}")
         env: dict[str, object] = {"process_group": group, "rank": rank, "world_size": w, "dp_size": w}
-        adv = _call_advantages(
-            adv_fn, layout, rewards[rows_t], batch.index[rows], {k: env[k] for k in adv_kw}
-        ).to(device)
+        adv = _call_advantages(adapter, rewards[rows_t], batch.index[rows], {k: env[k] for k in adv_kw}).to(
+            device
+        )
         if adv.shape != (len(rows),):
             raise ValueError(
                 f"the advantage function returned shape {tuple(adv.shape)} for {len(rows)} rewards at {tag}"
             )
         theta = torch.tensor(batch.theta, device=device, requires_grad=True)
-        pieces = np.array_split(np.arange(len(rows)), m)
+        pieces = np.array_split(np.arange(len(rows)), m) if loss_fn is not None else []
         for j, piece in enumerate(pieces):
+            assert loss_fn is not None
             r = rows_t[torch.tensor(piece, device=device)]
             logp = _token_logp(theta, feats[r], tokens[r])
             values = loss_globals(
@@ -550,6 +593,8 @@ def _run_job(
                 process_group=group,
                 aggregation=job["aggregation"],
             )
+            # the objective inputs, this micro-batch's rows: neutral at ratio 1, as at levels 0 to 4
+            values.update(dict.fromkeys(LOSS_EXTRAS, logp.detach()))
             say(f"the loss at {tag}, micro-batch {j}")
             out = loss_fn(
                 logp,
@@ -571,7 +616,8 @@ def _run_job(
         full_adv = torch.zeros(batch.n, dtype=torch.float64, device=device)
         full_adv[rows_t] = adv
         dist.all_reduce(full_adv, op=dist.ReduceOp.SUM, group=group)
-        results.append({"grad": grad.cpu().tolist(), "advantages": full_adv.cpu().tolist()})
+        grad_list = grad.cpu().tolist() if loss_fn is not None else None
+        results.append({"grad": grad_list, "advantages": full_adv.cpu().tolist()})
     return results
 
 
@@ -590,6 +636,16 @@ class _RunError(Exception):
 
 #: A job's outcome: rank 0's results per configuration of its plan, or why there are none.
 _Outcome: TypeAlias = "list[_Run | None] | _RunError"
+
+
+#: Rendezvous hosts that keep every socket of a launch on this machine.
+_LOOPBACK: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
+
+
+def _loopback_interface() -> str:
+    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS)."""
+    names = [name for _, name in socket.if_nameindex()] if hasattr(socket, "if_nameindex") else []
+    return next((n for n in names if n in ("lo", "lo0")), "lo")
 
 
 def _free_port() -> int:
@@ -621,7 +677,11 @@ def _read(path: str) -> str:
 
 
 def _launch(
-    world_size: int, backend: str, jobs: Sequence[_JobConfig], timeouts: Sequence[float]
+    world_size: int,
+    backend: str,
+    jobs: Sequence[_JobConfig],
+    timeouts: Sequence[float],
+    host: str = RENDEZVOUS_HOST,
 ) -> list[tuple[_Outcome, float]]:
     """Run ``jobs`` in order on ``world_size`` fresh processes; each outcome with when it was known.
 
@@ -638,6 +698,7 @@ def _launch(
         cfg: _LaunchConfig = {
             "world_size": world_size,
             "backend": backend,
+            "host": host,
             "port": _free_port(),
             "timeout": max(timeouts),
             "jobs": list(jobs),
@@ -649,6 +710,9 @@ def _launch(
         paths = [os.getcwd(), *(p for p in sys.path if p)]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         env.setdefault("OMP_NUM_THREADS", "1")
+        if host in _LOOPBACK:  # the collectives' sockets too, unless the user chose an interface
+            for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+                env.setdefault(name, _loopback_interface())
         code = (
             "import sys; from sigma_ref.conformance.scaleout import _worker; "
             "sys.exit(_worker(sys.argv[1], int(sys.argv[2])))"
@@ -731,7 +795,11 @@ def _launch(
 
 
 def _run_jobs(
-    world_size: int, backend: str, jobs: Sequence[_JobConfig], timeouts: Sequence[float]
+    world_size: int,
+    backend: str,
+    jobs: Sequence[_JobConfig],
+    timeouts: Sequence[float],
+    host: str = RENDEZVOUS_HOST,
 ) -> list[tuple[_Outcome, float]]:
     """Every job's outcome: as many jobs per launch as run through, the rest in fresh processes.
 
@@ -743,7 +811,7 @@ def _run_jobs(
     attempts = 0
     while len(outcomes) < len(jobs):
         start = len(outcomes)
-        got = _launch(world_size, backend, jobs[start:], timeouts[start:])
+        got = _launch(world_size, backend, jobs[start:], timeouts[start:], host)
         if len(got) > 1:
             attempts = 0  # the failing job, if any, had its first attempt in this launch
         attempts += 1
@@ -817,7 +885,7 @@ def _analyse(
 ) -> list[ScaleoutResult]:
     results = []
     full = runs[(1, 1, "whole-groups")]
-    g_full, a_full = np.asarray(full["grad"]), np.asarray(full["advantages"])
+    a_full = np.asarray(full["advantages"])
     M = max(Ms)  # the advantages are computed before micro-batching: one M is enough
     a = np.asarray(runs[(W, M, split)]["advantages"])
     adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
@@ -827,7 +895,7 @@ def _analyse(
     adv_ok = gap <= adv_tol
     prop = f"scaleout_advantages[{split},W={W}]"
     if adv_ok:
-        results.append(ScaleoutResult(prop, "PASS", None, f"advantages on {W} ranks equal the full batch's"))
+        results.append(ScaleoutResult(prop, "pass", None, f"advantages on {W} ranks equal the full batch's"))
     else:
         where = f"max |A_split - A_full| = {gap:.3g} at row {i} (group {int(batch.index[i])})"
         if split == "split-groups":
@@ -849,6 +917,9 @@ def _analyse(
                 "rewards across ranks before normalising"
             )
         results.append(ScaleoutResult(prop, "FAIL", None, msg))
+    if full["grad"] is None:  # no loss: the advantages are all there is to check
+        return results
+    g_full = np.asarray(full["grad"])
 
     # the aggregation, on the full batch
     matches = [
@@ -893,7 +964,7 @@ def _per_split(
         results.append(
             ScaleoutResult(
                 prop,
-                "PASS",
+                "pass",
                 c,
                 f"the accumulated, rank-averaged gradient equals the full-batch gradient "
                 f"(rel. error {err:.1g})",
@@ -918,7 +989,7 @@ def _per_split(
             results.append(
                 ScaleoutResult(
                     prop,
-                    "PASS",
+                    "pass",
                     cp,
                     f"equals -sum_it w_it A_i grad log pi_it with global normalisers (rel. error {ep:.1g})",
                 )
@@ -1077,6 +1148,7 @@ class ScaleoutJob:
     timeout: float = 120.0
     seed: int = 0
     aggregation_constant: float | None = None
+    output: str | int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1118,14 +1190,18 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
                 f"{name}={target!r} must be a 'pkg.module:attr' string: the ranks are separate processes "
                 "that import it"
             )
-    adv_fn, layout, loss_fn = _resolve(job.advantages_target, job.layout, job.loss_target)  # fail fast
-    if split == "split-groups" and layout != "index":
+    if job.output is not None and not isinstance(job.output, str | int):
+        raise TypeError(f"output={job.output!r} must be a key or an index (the ranks read it from a file)")
+    adapter, loss_fn = _resolve(job.advantages_target, job.layout, job.loss_target, job.output)  # fail fast
+    layout = adapter.layout
+    if split == "split-groups" and layout not in ("index", "token"):
         raise ValueError(
-            f"split='split-groups' needs layout 'index' (a {layout!r} function cannot receive part "
-            "of a group)"
+            f"split='split-groups' needs layout 'index' or 'token' (a {layout!r} function cannot receive "
+            "part of a group)"
         )
-    _declared(loss_fn, 4, list(GLOBALS), "the loss")
-    _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
+    if loss_fn is not None:
+        _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
+    _advantage_globals(adapter)
     batch = _design_batch(job.seed, _n_groups(world_size))
     per_rank = min(len(_shard_rows(batch, world_size, r, split)) for r in range(world_size))
     if max(Ms) > per_rank:
@@ -1146,7 +1222,8 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
     config: _JobConfig = {
         "impl": job.advantages_target,
         "loss": job.loss_target,
-        "layout": layout,
+        "layout": job.layout,
+        "output": job.output,
         "seed": job.seed,
         "aggregation": aggregation,
         "loss_scale": loss_scale,
@@ -1156,7 +1233,11 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
 
 
 def run_scaleout_many(
-    jobs: Sequence[ScaleoutJob], *, world_size: int = 2, backend: str = "auto"
+    jobs: Sequence[ScaleoutJob],
+    *,
+    world_size: int = 2,
+    backend: str = "auto",
+    rendezvous_host: str = RENDEZVOUS_HOST,
 ) -> list[ScaleoutReport]:
     """Run several level-5 checks on one launch of ``world_size`` processes; one report per job, in order.
 
@@ -1167,6 +1248,7 @@ def run_scaleout_many(
     raises or hangs gets the FAIL it gets alone (the rank and its exception; where every rank was,
     after the job's own ``timeout``, which counts from the end of the job before it); every process
     is killed and the jobs after it run in fresh processes, so their verdicts are their own.
+    ``rendezvous_host``: where rank 0's store listens (loopback unless a multi-host run needs more).
     ``ScaleoutReport.seconds`` is the job's share of the wall time: from the end of the job before
     it (the first: from the start) to the end of its analysis.
 
@@ -1189,7 +1271,13 @@ def run_scaleout_many(
     start = time.monotonic()
     if not prepared:
         return []
-    outcomes = _run_jobs(world_size, backend, [p.config for p in prepared], [p.job.timeout for p in prepared])
+    if not isinstance(rendezvous_host, str) or not rendezvous_host:
+        raise ValueError(
+            f"rendezvous_host={rendezvous_host!r} must be an address to listen on, e.g. {RENDEZVOUS_HOST!r}"
+        )
+    outcomes = _run_jobs(
+        world_size, backend, [p.config for p in prepared], [p.job.timeout for p in prepared], rendezvous_host
+    )
     reports: list[ScaleoutReport] = []
     since = start
     for p, (outcome, ended) in zip(prepared, outcomes, strict=True):
@@ -1230,6 +1318,8 @@ def run_scaleout(
     seed: int = 0,
     backend: str = "auto",
     aggregation_constant: float | None = None,
+    output: str | int | None = None,
+    rendezvous_host: str = RENDEZVOUS_HOST,
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
 
@@ -1243,6 +1333,9 @@ def run_scaleout(
     default).
     ``loss_scale``: ``none`` or ``mean-over-micro-batches`` (module doc). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
+    ``output``: where the advantages are in the result (a key or an index, the Adapter's ``output``).
+    ``loss_target=None`` (and no loss on the Adapter): only the advantages are checked.
+    ``rendezvous_host``: where rank 0's store listens (default loopback only; module doc).
 
     Performance: one check starts W processes once (torch import, ~2-4 s each) and runs every
     configuration it needs in them: (1, 1), (W, M) and the probes (1, M), (1, M + 1), (W, 1).
@@ -1267,8 +1360,11 @@ def run_scaleout(
         timeout=timeout,
         seed=seed,
         aggregation_constant=aggregation_constant,
+        output=output,
     )
-    (report,) = run_scaleout_many([job], world_size=world_size, backend=backend)
+    (report,) = run_scaleout_many(
+        [job], world_size=world_size, backend=backend, rendezvous_host=rendezvous_host
+    )
     return report
 
 
