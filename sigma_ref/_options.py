@@ -355,6 +355,14 @@ OPTIONS: tuple[Option, ...] = (
         choices=("auto", "gloo", "nccl"),
         group="scale-out",
     ),
+    Option(
+        "rendezvous-host",
+        "level 5: the address rank 0's rendezvous store listens on (default 127.0.0.1, this machine only; "
+        "an interface address or 0.0.0.0 only for a multi-host run)",
+        default="127.0.0.1",
+        metavar="HOST",
+        group="scale-out",
+    ),
 )
 
 

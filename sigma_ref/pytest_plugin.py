@@ -54,9 +54,9 @@ that ends the process is reported with the property that was running.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import pytest
@@ -120,7 +120,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class _Progress:
-    """The progress file of ``--sigma-ref-progress``: one JSON object a line, flushed each line."""
+    """The progress file of ``--sigma-ref-progress`` (one JSON object a line, flushed each line), and
+    the hooks that write it: registered as a plugin on the run's config, so no hook needs a global."""
 
     def __init__(self, path: str, config: pytest.Config) -> None:
         self.fh = open(path, "a", encoding="utf-8", buffering=1)
@@ -132,6 +133,27 @@ class _Progress:
 
         self.fh.write(json.dumps({"event": event, **fields}) + "\n")
         self.fh.flush()
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        """A test starts (``sigma-ref check`` names it if the process dies)."""
+        self.write("started", nodeid=nodeid)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Remember each test's outcome (failed in any phase wins; a property's own class first)."""
+        outcome: str = report.outcome
+        if report.skipped and hasattr(report, "wasxfail"):
+            outcome = "xfailed"
+        verdict = {"failed": "FAIL", "passed": "pass", "skipped": "skip", "xfailed": "xfail"}[outcome]
+        recorded = _reported_outcome(report)
+        if recorded is not None:
+            verdict = recorded[1].verdict  # the property's own class, as the summary shows it
+        before = self.outcomes.get(report.nodeid)
+        if before is None or (before == "pass" and report.when != "teardown") or outcome == "failed":
+            self.outcomes[report.nodeid] = verdict
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        """A test finished, with its verdict (FAIL, WARN, NOTE, pass, skip)."""
+        self.write("finished", nodeid=nodeid, outcome=self.outcomes.get(nodeid, "pass"))
 
 
 _PROGRESS_KEY = pytest.StashKey[_Progress]()
@@ -157,6 +179,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         progress = _Progress(path, config)
         config.stash[_PROGRESS_KEY] = progress
+        config.pluginmanager.register(progress, "sigma-ref-progress")
         progress.write("configured")
 
         def stop(message: str) -> None:  # a hang the time limit cannot interrupt: end the child
@@ -164,46 +187,6 @@ def pytest_configure(config: pytest.Config) -> None:
             os._exit(1)
 
         guard._last_resort = stop
-
-
-def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
-    """Progress: a test starts (``sigma-ref check`` names it if the process dies)."""
-    progress = _PROGRESS[0]
-    if progress is not None:
-        progress.write("started", nodeid=nodeid)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Progress: remember each test's outcome (failed in any phase wins)."""
-    progress = _PROGRESS[0]
-    if progress is None:
-        return
-    outcome: str = report.outcome
-    if report.skipped and hasattr(report, "wasxfail"):
-        outcome = "xfailed"
-    before = progress.outcomes.get(report.nodeid)
-    if before is None or before == "passed" or (outcome == "failed"):
-        progress.outcomes[report.nodeid] = outcome
-
-
-def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
-    """Progress: a test finished, with its verdict (FAIL, WARN, NOTE, pass, skip)."""
-    progress = _PROGRESS[0]
-    if progress is None:
-        return
-    outcome = progress.outcomes.get(nodeid, "passed")
-    verdict = {"failed": "FAIL", "passed": "pass", "skipped": "skip", "xfailed": "xfail"}.get(
-        outcome, outcome
-    )
-    recorded = _state(progress.config)["outcomes"]
-    if recorded and recorded[-1].label == nodeid.rsplit("::", 1)[-1]:
-        verdict = recorded[-1].verdict  # the property's own class, as the summary shows it
-    progress.write("finished", nodeid=nodeid, outcome=verdict)
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Progress: the hooks without ``config`` find the progress file here."""
-    _PROGRESS[0] = _progress(session.config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -215,20 +198,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         guard._last_resort = None
         progress.write("end")
         progress.fh.close()
-        _PROGRESS[0] = None
     if config.getoption("sigma_ref_timeout", None) is not None:
         from sigma_ref.conformance.guard import DEFAULT_TIMEOUT, set_timeout
 
         set_timeout(DEFAULT_TIMEOUT)
 
 
-_PROGRESS: list[_Progress | None] = [None]
-
-
 class _State(TypedDict):
-    """What a run of the suite keeps on its config: outcomes, start time, context, seed."""
+    """What a run of the suite keeps on its config: outcomes (each with its place in the suite's
+    order), start time, context, seed."""
 
-    outcomes: list[Outcome]
+    outcomes: list[tuple[tuple[int, int, str], Outcome]]
     start: float
     context: Context | None
     seed: int | None
@@ -268,7 +248,7 @@ def conformance_context(config: pytest.Config) -> Any:
         if progress is not None:
             progress.write("context")
         try:
-            state["context"] = build_context(
+            ctx = build_context(
                 config.getoption("sigma_ref_impl"),
                 layout=config.getoption("sigma_ref_layout"),
                 loss=config.getoption("sigma_ref_loss"),
@@ -283,6 +263,8 @@ def conformance_context(config: pytest.Config) -> Any:
                 keep_metric=config.getoption("sigma_ref_keep_metric", None),
                 **_objective_options(config),
             )
+            scaleout = _scaleout_options(config)  # level 5's, when asked for
+            state["context"] = ctx if scaleout is None else dataclasses.replace(ctx, scaleout=scaleout)
         except (ValueError, TypeError, ImplementationError) as exc:
             # the implementation's own failure (its import raised, a probe ended the process's
             # business) is a FAIL; a wrong option is a usage error
@@ -302,104 +284,115 @@ def conformance_context(config: pytest.Config) -> Any:
     return state["context"]
 
 
-_SCALEOUT_KEY = pytest.StashKey[Any]()
-
-
-def scaleout_report(config: pytest.Config) -> Any:
-    """Level 5's report (``spec/test_scaleout.py``): every configuration the options ask for, run
-    once per session in one launch of W processes; the ``ValueError`` or ``TypeError`` of options
-    that do not fit; ``None`` when neither ``--sigma-ref-world-size`` nor
-    ``--sigma-ref-micro-batches`` is given."""
-    W = config.getoption("sigma_ref_world_size", None)
-    M = config.getoption("sigma_ref_micro_batches", None)
-    if W is None and M is None:
-        return None
-    if _SCALEOUT_KEY not in config.stash:
-        from sigma_ref.conformance.scaleout import run_scaleout
-        from sigma_ref.objectives import resolve_aggregation
-
-        impl = config.getoption("sigma_ref_impl")
-        loss = config.getoption("sigma_ref_loss")
-        aggregation = config.getoption("sigma_ref_aggregation", None)
-        if impl is None:  # the oracle, with its token-mean reference loss (as at levels 0-4)
-            impl = "sigma_ref.conformance.scaleout:oracle_advantages"
-            if loss is None:
-                loss = "sigma_ref.conformance.scaleout:oracle_loss"
-                aggregation = aggregation or "token-mean"
-        try:
-            config.stash[_SCALEOUT_KEY] = run_scaleout(
-                impl,
-                loss,
-                layout=config.getoption("sigma_ref_layout") or conformance_context(config).adapter.layout,
-                world_size=W or 1,
-                micro_batches=M or 1,
-                split=config.getoption("sigma_ref_split"),
-                aggregation=None if aggregation is None else resolve_aggregation(aggregation),
-                aggregation_constant=config.getoption("sigma_ref_aggregation_constant", None),
-                loss_scale=config.getoption("sigma_ref_loss_scale"),
-                timeout=config.getoption("sigma_ref_scaleout_timeout"),
-                seed=conformance_seed(config) or 0,
-                backend=config.getoption("sigma_ref_backend"),
-            )
-        except (ValueError, TypeError) as exc:  # options that do not fit: said by each level-5 test
-            config.stash[_SCALEOUT_KEY] = exc
-    return config.stash[_SCALEOUT_KEY]
-
-
-def record_scaleout(config: pytest.Config, name: str, results: Sequence[Any]) -> str:
-    """Record one level-5 property's results (``ScaleoutResult``) as its outcome for the summary:
-    FAIL if one fails, else NOTE if one is a NOTE, else pass; the verdict is returned."""
-    from sigma_ref.conformance.core import Outcome, record_outcome
-    from sigma_ref.conformance.levels import SCALEOUT_LEVEL
-
-    verdicts = {r.verdict for r in results}
-    verdict = "FAIL" if "FAIL" in verdicts else "NOTE" if "NOTE" in verdicts else "pass"
-    shown = [r for r in results if r.verdict == verdict] if verdict != "pass" else list(results)
-    message = "; ".join(f"{r.property}: {r.message}" for r in shown)
-    record_outcome(Outcome(name, SCALEOUT_LEVEL, None, verdict, message))
-    return verdict
-
-
 def conformance_seed(config: pytest.Config) -> int | None:
     """The hypothesis seed of the conformance properties (``None`` when derandomized)."""
     return _state(config)["seed"]
 
 
+def _scaleout_options(config: pytest.Config) -> Any:
+    """Level 5's options (:class:`~sigma_ref.conformance.launch.ScaleoutOptions`), or ``None`` when
+    neither ``--sigma-ref-world-size`` nor ``--sigma-ref-micro-batches`` is given."""
+    W = config.getoption("sigma_ref_world_size", None)
+    M = config.getoption("sigma_ref_micro_batches", None)
+    if W is None and M is None:
+        return None
+    from sigma_ref.conformance.launch import ScaleoutOptions
+
+    return ScaleoutOptions(
+        impl=config.getoption("sigma_ref_impl"),
+        loss=config.getoption("sigma_ref_loss"),
+        layout=config.getoption("sigma_ref_layout"),
+        output=config.getoption("sigma_ref_output", None),
+        world_size=W or 1,
+        micro_batches=tuple(M or (1,)),
+        split=config.getoption("sigma_ref_split"),
+        loss_scale=config.getoption("sigma_ref_loss_scale"),
+        timeout=config.getoption("sigma_ref_scaleout_timeout"),
+        backend=config.getoption("sigma_ref_backend"),
+        rendezvous_host=config.getoption("sigma_ref_rendezvous_host", "127.0.0.1"),
+    )
+
+
+#: The key of a property test's place in the suite's order in its report's ``user_properties``.
+_ORDER_KEY = "sigma_ref_order"
+
+
+def _reported_outcome(report: pytest.TestReport) -> tuple[tuple[int, int, str], Outcome] | None:
+    """The property outcome a report carries (its call, or a setup that did not pass), with its place."""
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+        return None
+    from sigma_ref.conformance.core import OUTCOME_KEY, Outcome
+
+    found: dict[str, Any] = {k: v for k, v in report.user_properties if k in (OUTCOME_KEY, _ORDER_KEY)}
+    if OUTCOME_KEY not in found:
+        return None
+    i, j = found.get(_ORDER_KEY, (0, 0))
+    return (int(i), int(j), report.nodeid), Outcome.from_dict(found[OUTCOME_KEY])
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """Record each conformance property's outcome for the summary and the report."""
+    """Put each conformance property's outcome on its report (``user_properties``, as hypothesis puts
+    its statistics on the report), where the main process reads it, with or without pytest-xdist.
+
+    The spec test attaches its own outcome; a property that did not run to a verdict (a setup error,
+    a crash) gets one here from the report. Its place in the suite's order rides along.
+    """
     report = yield
     marker = item.get_closest_marker("sigma_property")
     if marker is None or (
         report.when != "call" and not (report.when == "setup" and report.outcome != "passed")
     ):
         return report
-    from sigma_ref.conformance.session import Outcome, recorded_outcome
+    from sigma_ref.conformance.core import OUTCOME_KEY, PROPERTIES, Outcome
 
     name, level, _ = marker.args
-    outcome = recorded_outcome(item.nodeid)
-    if outcome is None:  # the property did not run to a verdict: a setup error or a crash
-        param = getattr(item, "callspec", None)
-        param_value = (
-            str(param.params.get("param")) if param is not None and "param" in param.params else None
-        )
+    callspec = getattr(item, "callspec", None)
+    own = [value for key, value in item.user_properties if key == OUTCOME_KEY]
+    if own:
+        data = own[-1]
+    else:  # the property did not run to a verdict: a setup error or a crash
+        param = str(callspec.params["param"]) if callspec is not None and "param" in callspec.params else None
         if report.skipped:
-            verdict = "skip"
-            message = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+            verdict, message = "skip", str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
         elif report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
             verdict, message = "FAIL", str(crash.message if crash is not None else report.longrepr)
         else:
             verdict, message = "pass", ""
-        outcome = Outcome(name, level, param_value, verdict, message)
-    _state(item.config)["outcomes"].append(outcome)
+        data = Outcome(name, level, param, verdict, message).to_dict()  # type: ignore[arg-type]
+    order = list(PROPERTIES).index(name) if name in PROPERTIES else len(PROPERTIES)
+    index = callspec.indices.get("param", 0) if callspec is not None else 0
+    others = [(k, v) for k, v in report.user_properties if k not in (OUTCOME_KEY, _ORDER_KEY)]
+    report.user_properties = [*others, (OUTCOME_KEY, data), (_ORDER_KEY, (order, index))]
     return report
 
 
+class _Outcomes:
+    """Collects the property outcomes from the reports, in the process that reports (the main one
+    under pytest-xdist, which receives every worker's reports with their ``user_properties``)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        found = _reported_outcome(report)
+        if found is not None:
+            _state(self.config)["outcomes"].append(found)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start collecting the property outcomes of this run (:class:`_Outcomes`)."""
+    session.config.pluginmanager.register(_Outcomes(session.config), "sigma-ref-outcomes")
+    _state(session.config)
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Print the one-screen conformance summary and write ``--report`` (when asked for)."""
+    """Print the one-screen conformance summary and write ``--report`` (when asked for), in the main
+    process, from the outcomes the reports carried, in the suite's order."""
     state = _state(config)
-    if not state["outcomes"] or state["context"] is None:
+    if not state["outcomes"] or hasattr(config, "workerinput"):
         return
     if config.getoption("sigma_ref_impl") is None and config.getoption("sigma_ref_report") is None:
         return
@@ -409,7 +402,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     seconds = time.perf_counter() - state["start"]
     profile = settings.get_current_profile_name()
-    context, outcomes, seed = state["context"], state["outcomes"], state["seed"]
+    context = conformance_context(config)  # under pytest-xdist, built here from the same options
+    outcomes = [outcome for _, outcome in sorted(state["outcomes"], key=lambda entry: entry[0])]
+    seed = state["seed"]
     terminalreporter.write_sep("=", "sigma-ref conformance")
     terminalreporter.write_line(summary(context, outcomes, seed=seed, profile=profile, seconds=seconds))
     path = config.getoption("sigma_ref_report")

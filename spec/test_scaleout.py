@@ -5,68 +5,82 @@ rank's shard cut into M micro-batches with gradients accumulated and averaged ov
 DDP does, against the single-process full-batch step and the oracle's prediction
 (``sigma_ref.conformance.scaleout``, which also documents the globals a loss may ask for).
 
-It runs when ``--sigma-ref-world-size W`` or ``--sigma-ref-micro-batches M`` (``1,2,3`` for
-several) is given (``sigma-ref check --world-size W --micro-batches M``), with
-``--sigma-ref-split``, ``--sigma-ref-loss-scale``, ``--sigma-ref-scaleout-timeout`` and
-``--sigma-ref-backend``; the implementation, layout, loss and declared aggregation are those of
-levels 0 to 4 (``--sigma-ref-impl``, ``--sigma-ref-layout``, ``--sigma-ref-loss``,
-``--sigma-ref-aggregation``, ``--sigma-ref-aggregation-constant``). All configurations run in one
-launch of W processes; each test below reports the results of its property.
+These are conformance properties like those of levels 0 to 4: they run when the context carries
+level 5's options (``--sigma-ref-world-size W`` and/or ``--sigma-ref-micro-batches M``, ``1,2,3``
+for several; ``sigma-ref check --world-size W --micro-batches M``), with ``--sigma-ref-split``,
+``--sigma-ref-loss-scale``, ``--sigma-ref-scaleout-timeout``, ``--sigma-ref-backend`` and
+``--sigma-ref-rendezvous-host``; otherwise they are skipped with the reason. The implementation,
+layout, hooks, loss and declared aggregation are those of levels 0 to 4. Every configuration runs
+in one launch of W processes per run (:func:`sigma_ref.conformance.launch.scaleout_report`); each
+property below judges its own results, one per configuration.
 """
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from sigma_ref.conformance.core import Outcome, record_outcome
+from sigma_ref.conformance.core import Context, Finding, PropertyFailure, conformance_property
+from sigma_ref.conformance.inputs import needs_loss
+from sigma_ref.conformance.launch import NOT_ASKED, scaleout_results, verdict_of
 from sigma_ref.conformance.levels import SCALEOUT_LEVEL
-from sigma_ref.conformance.scaleout import ScaleoutReport, ScaleoutResult
-from sigma_ref.pytest_plugin import record_scaleout, scaleout_report
+from sigma_ref.conformance.scaleout import ScaleoutResult
 
 
-def _check(config: pytest.Config, prefix: str) -> None:
-    """Fail with every FAIL of the property ``prefix``; record its verdict for the summary."""
+def _asked(ctx: Context, p: Any) -> str | None:
+    """Why level 5 does not run (not asked for), or None."""
+    return NOT_ASKED if ctx.scaleout is None else None
+
+
+def _asked_with_loss(ctx: Context, p: Any) -> str | None:
+    """Why a gradient property of level 5 does not run: not asked for, or no loss to differentiate."""
+    return _asked(ctx, p) or needs_loss(ctx, p)
+
+
+def _results_of(name: str) -> Any:
+    """The examples of property ``name``: its results of the run's one launch, as one input."""
+
+    def examples(ctx: Context, p: Any) -> list[tuple[ScaleoutResult, ...]]:
+        return [scaleout_results(ctx, name)]
+
+    return examples
+
+
+def _judge(results: tuple[ScaleoutResult, ...]) -> None:
+    """Raise the property's FAIL with every failing configuration (or its NOTE); pass otherwise."""
     __tracebackhide__ = True
-    report: ScaleoutReport | Exception | None = scaleout_report(config)
-    if isinstance(report, Exception):
-        message = f"level 5 could not start: {report}"
-        record_outcome(Outcome(prefix, SCALEOUT_LEVEL, None, "FAIL", message))
-        pytest.fail(message, pytrace=False)
-    if report is None:
-        pytest.skip(
-            "not applicable: level 5 runs with --sigma-ref-world-size W and/or --sigma-ref-micro-batches M "
-            "(sigma-ref check --world-size W --micro-batches M)"
-        )
-    results: list[ScaleoutResult] = [r for r in report.results if r.property.split("[", 1)[0] == prefix]
-    if not results:
-        pytest.skip(f"not applicable: this configuration runs no {prefix} check")
-    verdict = record_scaleout(config, prefix, results)
-    if verdict == "FAIL":
-        pytest.fail("\n".join(r.line() for r in results if r.verdict == "FAIL"), pytrace=False)
+    verdict = verdict_of(results)
+    if verdict == "pass":
+        return
+    shown = "; ".join(f"{r.property}: {r.message}" for r in results if r.verdict == verdict)
+    raise PropertyFailure(Finding(shown), verdict=verdict)
 
 
-@pytest.mark.sigma_property("scaleout_advantages", SCALEOUT_LEVEL, True)
-def test_scaleout_advantages(pytestconfig: pytest.Config) -> None:
+@conformance_property(level=SCALEOUT_LEVEL, examples=_results_of("scaleout_advantages"), applies=_asked)
+def test_scaleout_advantages(ctx: Context, results: tuple[ScaleoutResult, ...], p: Any) -> None:
     """The advantages computed on each rank's shard, gathered, equal the full batch's: whole groups per
     rank (any per-group convention), or, with ``--sigma-ref-split split-groups``, every group dealt
     across the ranks (the implementation gathers its group statistics over ``process_group``).
     """
-    _check(pytestconfig, "scaleout_advantages")
+    _judge(results)
 
 
-@pytest.mark.sigma_property("scaleout_gradient", SCALEOUT_LEVEL, True)
-def test_scaleout_gradient(pytestconfig: pytest.Config) -> None:
+@conformance_property(
+    level=SCALEOUT_LEVEL, examples=_results_of("scaleout_gradient"), applies=_asked_with_loss
+)
+def test_scaleout_gradient(ctx: Context, results: tuple[ScaleoutResult, ...], p: Any) -> None:
     """At each (W, M) the accumulated, rank-averaged gradient equals the single-process full-batch
     gradient of the same code; otherwise the failure names the bug class with the measured factor
     (a normaliser per micro-batch, a token count not gathered across ranks, the world size not applied).
     """
-    _check(pytestconfig, "scaleout_gradient")
+    _judge(results)
 
 
-@pytest.mark.sigma_property("scaleout_prediction", SCALEOUT_LEVEL, True)
-def test_scaleout_prediction(pytestconfig: pytest.Config) -> None:
+@conformance_property(
+    level=SCALEOUT_LEVEL, examples=_results_of("scaleout_prediction"), applies=_asked_with_loss
+)
+def test_scaleout_prediction(ctx: Context, results: tuple[ScaleoutResult, ...], p: Any) -> None:
     """The step equals the oracle's ``-sum_it w_it A_i grad log pi(y_it)`` with the declared
     aggregation's weights over the whole batch (global normalisers); without a declaration, a NOTE
     names the mode the full-batch gradient matches.
     """
-    _check(pytestconfig, "scaleout_prediction")
+    _judge(results)

@@ -20,7 +20,7 @@ import importlib
 import importlib.util
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,9 +33,12 @@ from .adapter import ALL_DTYPES, Adapter, Batch
 from .detect import Detection
 from .diagnose import diagnose_mismatch
 from .guard import ImplementationError, bounded_shrink, call_guarded
-from .levels import LEVELS, VERDICTS
+from .levels import LEVELS, SCALEOUT_LEVEL, SUITE_LEVELS, VERDICTS, Verdict
 from .precision import advantage_tolerance, coarser
 from .reference import Reference, as_numpy
+
+if TYPE_CHECKING:
+    from .launch import ScaleoutOptions
 
 __all__ = [
     "Context",
@@ -56,8 +59,7 @@ __all__ = [
     "get_property",
     "guarded",
     "layout_reason",
-    "recorded_outcome",
-    "record_outcome",
+    "OUTCOME_KEY",
 ]
 
 #: Seconds hypothesis may shrink a failure after finding it (its own limit is 300 s).
@@ -81,7 +83,7 @@ class Finding:
     reference: str | None = None
     cause: str | None = None
     confirmed: bool = False
-    verdict: str = "FAIL"
+    verdict: Verdict = "FAIL"
 
     def render(self) -> str:
         """One paragraph: ``what [call] (expected under ref). Likely cause: ...``."""
@@ -102,7 +104,7 @@ class Finding:
 class PropertyFailure(AssertionError):  # noqa: N818 (a failed property, like AssertionError)
     """An implementation breaks a property; ``finding`` says how, and the likely cause."""
 
-    def __init__(self, finding: Finding | str, verdict: str | None = None) -> None:
+    def __init__(self, finding: Finding | str, verdict: Verdict | None = None) -> None:
         if isinstance(finding, str):
             finding = Finding(finding)
         if verdict is not None:
@@ -111,7 +113,7 @@ class PropertyFailure(AssertionError):  # noqa: N818 (a failed property, like As
         super().__init__(finding.render())
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         """FAIL, WARN or NOTE."""
         return self.finding.verdict
 
@@ -126,7 +128,9 @@ class Context:
 
     ``precision``: the working precision the implementation's statistics are judged at
     (declared on the adapter, else detected; :mod:`.precision`). ``strict``: WARN counts
-    as FAIL.
+    as FAIL. ``scaleout``: level 5's options (:class:`~.launch.ScaleoutOptions`), ``None`` when level 5
+    was not asked for. ``memo``: results a run computes once and its properties share (level 5's
+    launch of processes, :func:`~.launch.scaleout_report`).
     """
 
     adapter: Adapter
@@ -135,6 +139,8 @@ class Context:
     declared: str | None = None
     precision: str = "float64"
     strict: bool = False
+    scaleout: ScaleoutOptions | None = None
+    memo: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def call(
         self,
@@ -189,7 +195,7 @@ class Context:
         cause: str | None = None,
         *,
         confirmed: bool = True,
-        verdict: str = "FAIL",
+        verdict: Verdict = "FAIL",
     ) -> None:
         """Raise :class:`PropertyFailure` with the call and a cause.
 
@@ -258,8 +264,9 @@ class Property:
 #: Every property, in the suite's order (filled by :func:`load_properties`).
 PROPERTIES: dict[str, Property] = {}
 
-#: The spec modules, one per level, imported in this order by :func:`load_properties`.
-SPEC_MODULES: tuple[str, ...] = tuple(f"test_{level}" for level in LEVELS)
+#: The spec modules, one per level (level 5's is ``test_scaleout``), imported in this order by
+#: :func:`load_properties`.
+SPEC_MODULES: tuple[str, ...] = (*(f"test_{level}" for level in LEVELS), "test_scaleout")
 
 #: The call-shape properties (layouts token and keep-mask) come after the advantage properties of
 #: all five levels, in this order: the matrix, the kill tables and the "first failing property"
@@ -304,10 +311,12 @@ def load_properties() -> dict[str, Property]:
             importlib.import_module(f"{package}.{module}")
 
         # level by level, each module's properties as defined (whichever module was imported first),
-        # then the call-shape properties
+        # then the call-shape properties, then level 5's
         def rank(prop: Property) -> tuple[int, int]:
             if prop.name in CALL_SHAPE_PROPERTIES:
                 return (len(LEVELS), CALL_SHAPE_PROPERTIES.index(prop.name))
+            if prop.level == SCALEOUT_LEVEL:
+                return (len(LEVELS) + 1, 0)
             return (LEVELS.index(prop.level), 0)
 
         ordered = sorted(PROPERTIES.values(), key=rank)  # stable: definition order within a module
@@ -340,10 +349,12 @@ def conformance_property(
 
     The returned test takes the ``sigma_ctx``, ``sigma_seed`` (and ``param``) fixtures of
     ``spec/conftest.py`` and runs the property through :func:`evaluate`: a skip when it does not
-    apply, a pytest failure on FAIL, a pass on WARN and NOTE (recorded for the summary).
+    apply, a pytest failure on FAIL, a pass on WARN and NOTE. The :class:`Outcome` rides on the
+    test's report (``user_properties``, :data:`OUTCOME_KEY`), where the plugin's summary reads it in
+    the main process, with or without pytest-xdist.
     """
-    if level not in LEVELS:
-        raise ValueError(f"level={level!r} is not a level; choose one of {', '.join(LEVELS)}")
+    if level not in SUITE_LEVELS:
+        raise ValueError(f"level={level!r} is not a level; choose one of {', '.join(SUITE_LEVELS)}")
 
     def decorate(check: Callable[[Context, Any, Any], None]) -> Callable[..., None]:
         if not check.__name__.startswith("test_") or not check.__doc__:
@@ -366,13 +377,13 @@ def conformance_property(
 def _pytest_test(prop: Property, *, parametrized: bool) -> Callable[..., None]:
     """The pytest function of ``prop``: fixtures in, one :func:`evaluate`, the verdict out."""
 
-    def with_param(sigma_ctx: Context, sigma_seed: int | None, param: Any) -> None:
+    def with_param(sigma_ctx: Context, sigma_seed: int | None, param: Any, request: Any) -> None:
         __tracebackhide__ = True
-        _run_in_pytest(prop, sigma_ctx, param, sigma_seed)
+        _run_in_pytest(prop, sigma_ctx, param, sigma_seed, request.node)
 
-    def without_param(sigma_ctx: Context, sigma_seed: int | None) -> None:
+    def without_param(sigma_ctx: Context, sigma_seed: int | None, request: Any) -> None:
         __tracebackhide__ = True
-        _run_in_pytest(prop, sigma_ctx, None, sigma_seed)
+        _run_in_pytest(prop, sigma_ctx, None, sigma_seed, request.node)
 
     test: Callable[..., None] = with_param if parametrized else without_param
     test.__name__ = test.__qualname__ = prop.test_name
@@ -383,30 +394,22 @@ def _pytest_test(prop: Property, *, parametrized: bool) -> Callable[..., None]:
     return test
 
 
-_RECORDED: dict[str, Outcome] = {}
+#: The key of a spec test's outcome in its pytest report's ``user_properties`` (a plain dict,
+#: :meth:`Outcome.to_dict`, which pytest-xdist carries from the workers to the main process).
+OUTCOME_KEY = "sigma_ref_outcome"
 
 
-def recorded_outcome(nodeid: str) -> Outcome | None:
-    """The outcome a spec test recorded for ``nodeid`` (removed on reading)."""
-    return _RECORDED.pop(nodeid, None)
-
-
-def record_outcome(outcome: Outcome) -> None:
-    """Record the running spec test's outcome, with its class, for the plugin's summary and report
-    (the test's node id is read from ``PYTEST_CURRENT_TEST``, ``"<nodeid> (call)"``)."""
-    _RECORDED[os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]] = outcome
-
-
-def _run_in_pytest(prop: Property, ctx: Context, param: Any, seed: int | None) -> None:
+def _run_in_pytest(prop: Property, ctx: Context, param: Any, seed: int | None, node: Any) -> None:
     """Run ``prop`` inside a pytest test: skip, fail on FAIL, pass on WARN and NOTE.
 
-    The outcome (with its class) is recorded for the plugin's summary and report.
+    The outcome (with its class) is attached to the test item (``node.user_properties``), from which
+    pytest copies it onto the test's report.
     """
     import pytest
 
     __tracebackhide__ = True
     outcome = evaluate(prop, ctx, param, seed=seed)
-    record_outcome(outcome)
+    node.user_properties.append((OUTCOME_KEY, outcome.to_dict()))
     if outcome.verdict == "skip":  # reported at the property's own line in spec/ (its place_as)
         raise pytest.skip.Exception(f"not applicable: {outcome.message}", _use_item_location=True)
     if outcome.verdict == "FAIL":
@@ -533,7 +536,7 @@ class Outcome:
     name: str
     level: str
     param: str | None
-    verdict: str
+    verdict: Verdict
     message: str = ""
     finding: Finding | None = None
 
@@ -541,6 +544,21 @@ class Outcome:
     def label(self) -> str:
         """``test_name[param]``."""
         return f"test_{self.name}" + (f"[{self.param}]" if self.param else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The outcome as plain data (JSON, and what pytest-xdist carries between processes).
+
+        >>> o = Outcome("shape", "contract", None, "FAIL", "m", Finding("out.shape=(2,)"))
+        >>> Outcome.from_dict(o.to_dict()) == o
+        True
+        """
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Outcome:
+        """The :class:`Outcome` of :meth:`to_dict`'s data."""
+        finding = data.get("finding")
+        return Outcome(**{**data, "finding": Finding(**finding) if finding is not None else None})
 
 
 def evaluate(

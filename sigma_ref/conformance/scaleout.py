@@ -1374,7 +1374,8 @@ def run_scaleout(
 
 def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the level-5 options (``--world-size``, ``--micro-batches``, ``--split``, ``--loss-scale``,
-    ``--scaleout-timeout``, ``--backend``) from the one option table, ``sigma_ref._options``."""
+    ``--scaleout-timeout``, ``--backend``, ``--rendezvous-host``) from the one option table,
+    ``sigma_ref._options``."""
     from .._options import add_to_argparse
 
     add_to_argparse(
@@ -1417,6 +1418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout=args.scaleout_timeout,
             seed=args.seed,
             backend=args.backend,
+            rendezvous_host=args.rendezvous_host,
         )
     except (ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """Glue between pytest and the properties: the session's context and the one-screen summary and
 JSON report (used by the pytest plugin and ``sigma-ref check``). Each spec test runs its property
-itself (:func:`~.core.conformance_property`) and records its outcome (:func:`recorded_outcome`).
+itself (:func:`~.core.conformance_property`) and puts its outcome on its pytest report, from which
+the plugin builds the summary in the main process.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from typing import Any
 
 from ..objectives import resolve_aggregation
 from .adapter import Adapter, check_call, load_adapter, oracle_adapter
-from .core import LEVELS, Context, Outcome, recorded_outcome
+from .core import LEVELS, Context, Outcome
 from .detect import Detection, detect_convention
 from .levels import SCALEOUT_LEVEL
 from .losses import make_policy_loss
 from .precision import PRECISIONS
 from .reference import REFERENCE_NAMES, reference_for
 
-__all__ = ["build_context", "declare_objective", "Outcome", "summary", "report_dict", "recorded_outcome"]
+__all__ = ["build_context", "declare_objective", "Outcome", "summary", "report_dict"]
 
 #: The columns of the summary, in order.
 _COUNTED: tuple[str, ...] = ("pass", "FAIL", "WARN", "NOTE", "skip")
@@ -382,15 +383,24 @@ def summary(ctx: Context, outcomes: list[Outcome], *, seed: int | None, profile:
     lines.append(f"precision:  {ctx.precision} [{'declared' if declared_precision else 'detected'}]")
     seed_text = "derandomized" if seed is None else f"seed {seed} (reproduce: --hypothesis-seed={seed})"
     lines.append(f"hypothesis: profile {profile}, {seed_text}; {seconds:.1f} s")
+    asked = ctx.scaleout is not None  # level 5 runs (and has its row) only when asked for
+    if ctx.scaleout is not None:
+        lines.append(f"scale-out:  {ctx.scaleout.describe()} (real torch.distributed processes)")
     lines.append(f"{'level':<10} " + " ".join(f"{k:>5}" for k in _COUNTED))
     for level in (*LEVELS, SCALEOUT_LEVEL):
         sub = [o for o in outcomes if o.level == level]
-        if sub and (level != SCALEOUT_LEVEL or any(o.verdict != "skip" for o in sub)):  # level 5 if asked
+        if sub and (level != SCALEOUT_LEVEL or asked or any(o.verdict != "skip" for o in sub)):
             lines.append(
                 f"{level:<10} " + " ".join(f"{sum(o.verdict == k for o in sub):>5}" for k in _COUNTED)
             )
     for verdict in ("FAIL", "WARN", "NOTE"):
         lines += [f"{verdict:<4} {o.label}: {_short(o)}" for o in outcomes if o.verdict == verdict]
+    if asked:  # a level-5 property that was asked for and did not run says why
+        lines += [
+            f"skip {o.label}: {_short(o)}"
+            for o in outcomes
+            if o.level == SCALEOUT_LEVEL and o.verdict == "skip"
+        ]
     first = next((o for o in outcomes if o.verdict == "FAIL"), None)
     if first is not None:
         text = " ".join(first.message.split())

@@ -1,0 +1,141 @@
+"""Level 5's launch for the suite: one launch of W processes per run, shared by its properties.
+
+The level-5 properties (``spec/test_scaleout.py``) are ordinary conformance properties: each reads
+its results from :func:`scaleout_results`, which starts the W ranks once per :class:`~.core.Context`
+(:func:`~.scaleout.run_scaleout` with every configuration the options ask for) and keeps the
+report in the context's memo. The options live on the context (:class:`ScaleoutOptions`, set by
+the pytest plugin from ``--sigma-ref-world-size`` and the other level-5 options), so the one runner
+(:func:`~.core.run_suite`) runs level 5 like every other level, from pytest, ``sigma-ref check``
+and any caller that builds a context with them.
+
+>>> opts = ScaleoutOptions(impl="pkg.mod:adv", layout="index", world_size=2, micro_batches=(2, 3))
+>>> opts.describe()
+'W=2, M=2,3, whole-groups'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from .levels import Verdict
+from .scaleout import LOSS_SCALES, RENDEZVOUS_HOST, SPLITS, ScaleoutReport, ScaleoutResult
+
+if TYPE_CHECKING:
+    from .core import Context
+
+__all__ = ["ScaleoutOptions", "scaleout_report", "scaleout_results", "NOT_ASKED"]
+
+#: Why level 5 is skipped when no option asks for it.
+NOT_ASKED = (
+    "level 5 runs real torch.distributed processes only when asked: sigma-ref check --world-size W "
+    "--micro-batches M (pytest: --sigma-ref-world-size W --sigma-ref-micro-batches M)"
+)
+
+#: The oracle the suite tests by default, as the ranks import it (the token-mean reference loss).
+_ORACLE_ADVANTAGES = "sigma_ref.conformance.scaleout:oracle_advantages"
+_ORACLE_LOSS = "sigma_ref.conformance.scaleout:oracle_loss"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleoutOptions:
+    """What level 5 runs: the targets the ranks import and the options of ``--world-size`` & co.
+
+    ``impl``/``loss``/``layout``/``output``: as given to the suite (``None``: the oracle, or the
+    Adapter's own); ``world_size`` W; ``micro_batches``: every M checked; ``split``, ``loss_scale``,
+    ``timeout``, ``backend``, ``rendezvous_host``, ``seed``: :func:`~.scaleout.run_scaleout`'s.
+    """
+
+    impl: str | None = None
+    loss: str | None = None
+    layout: str | None = None
+    output: str | int | None = None
+    world_size: int = 1
+    micro_batches: tuple[int, ...] = (1,)
+    split: str = "whole-groups"
+    loss_scale: str = "none"
+    timeout: float = 120.0
+    backend: str = "auto"
+    rendezvous_host: str = RENDEZVOUS_HOST
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split={self.split!r} must be one of {SPLITS}")
+        if self.loss_scale not in LOSS_SCALES:
+            raise ValueError(f"loss_scale={self.loss_scale!r} must be one of {LOSS_SCALES}")
+
+    def describe(self) -> str:
+        """``W=2, M=2,3, whole-groups``."""
+        return f"W={self.world_size}, M={','.join(map(str, self.micro_batches))}, {self.split}"
+
+
+def scaleout_report(ctx: Context) -> ScaleoutReport:
+    """The level-5 report of ``ctx`` (``ctx.scaleout`` must be set): run once, then kept in its memo.
+
+    Options that do not fit the implementation (a ``ValueError`` or ``TypeError`` of
+    :func:`~.scaleout.run_scaleout`, raised before any process starts) are a FAIL of every level-5
+    property, with the reason: level 5 was asked for and cannot run.
+    """
+    from ..objectives import resolve_aggregation
+    from .core import Finding, PropertyFailure
+    from .scaleout import run_scaleout
+
+    opts = ctx.scaleout
+    if opts is None:
+        raise ValueError("the context has no scale-out options (ScaleoutOptions): level 5 was not asked for")
+    memo = ctx.memo
+    if "scaleout" not in memo:
+        adapter = ctx.adapter
+        aggregation = None if adapter.aggregation is None else resolve_aggregation(adapter.aggregation)
+        impl, loss, layout = opts.impl, opts.loss, opts.layout
+        if impl is None:  # the oracle, with its token-mean reference loss (as at levels 0-4)
+            impl, layout = _ORACLE_ADVANTAGES, "index"
+            if loss is None:
+                loss, aggregation = _ORACLE_LOSS, aggregation or "token-mean"
+        try:
+            memo["scaleout"] = run_scaleout(
+                impl,
+                loss,
+                layout=layout,
+                output=opts.output,
+                world_size=opts.world_size,
+                micro_batches=opts.micro_batches,
+                split=opts.split,
+                aggregation=aggregation,
+                aggregation_constant=adapter.aggregation_constant,
+                loss_scale=opts.loss_scale,
+                timeout=opts.timeout,
+                seed=opts.seed,
+                backend=opts.backend,
+                rendezvous_host=opts.rendezvous_host,
+            )
+        except (ValueError, TypeError) as exc:
+            memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {exc}", opts.describe()))
+    found = memo["scaleout"]
+    if isinstance(found, PropertyFailure):
+        raise PropertyFailure(found.finding)
+    assert isinstance(found, ScaleoutReport)
+    return found
+
+
+def scaleout_results(ctx: Context, name: str) -> tuple[ScaleoutResult, ...]:
+    """The results of the level-5 property ``name`` (e.g. ``scaleout_gradient``, one per configuration).
+
+    A launch that failed (``scaleout[...]``: a rank raised or hung) belongs to every property, and
+    the aggregation NOTE (``scaleout_aggregation``: none declared) to ``scaleout_prediction``.
+    """
+    owner = {"scaleout": None, "scaleout_aggregation": "scaleout_prediction"}
+    out = []
+    for result in scaleout_report(ctx).results:
+        base = result.property.split("[", 1)[0]
+        base = owner.get(base, base) or name
+        if base == name:
+            out.append(result)
+    return tuple(out)
+
+
+def verdict_of(results: tuple[ScaleoutResult, ...]) -> Verdict:
+    """FAIL if one result fails, else NOTE if one is a NOTE, else pass."""
+    verdicts = {r.verdict for r in results}
+    return "FAIL" if "FAIL" in verdicts else "NOTE" if "NOTE" in verdicts else "pass"
