@@ -203,8 +203,13 @@ def test_undeclared_aggregation_is_detected_and_noted() -> None:
 def test_an_adapter_brings_its_layout_and_loss() -> None:
     from tests.gallery.correct import dapo_adapter, token_mean_loss
 
-    adv, layout, loss = scaleout._resolve("tests.gallery.correct:dapo_adapter", None, None)
-    assert (adv, layout, loss) == (dapo_adapter.advantages, "contiguous", token_mean_loss)
+    adapter, loss = scaleout._resolve("tests.gallery.correct:dapo_adapter", None, None)
+    assert (adapter.advantages, adapter.layout, loss) == (
+        dapo_adapter.advantages,
+        "contiguous",
+        token_mean_loss,
+    )
+    assert adapter == dapo_adapter  # the Adapter itself, hooks and all: the ranks call it as the suite does
 
 
 # ---------------------------------------------------------------------------

@@ -17,14 +17,16 @@ from sigma_ref.conformance.core import (
     load_properties,
     run_property,
 )
+from sigma_ref.conformance.levels import SCALEOUT_LEVEL, SUITE_LEVELS
 
 
-@pytest.mark.parametrize("level", LEVELS)
-def test_one_test_per_property(level: str) -> None:
-    """spec/test_<level>.py holds exactly the level's properties: every ``test_*`` in it is a
-    registered property of that level, defined there, and every property of the level has its test."""
+@pytest.mark.parametrize(("level", "module_name"), list(zip(SUITE_LEVELS, SPEC_MODULES, strict=True)))
+def test_one_test_per_property(level: str, module_name: str) -> None:
+    """spec/test_<level>.py (level 5: spec/test_scaleout.py) holds exactly the level's properties: every
+    ``test_*`` in it is a registered property of that level, defined there, and every property of the
+    level has its test."""
     load_properties()
-    module = importlib.import_module(f"sigma_ref.spec.test_{level}")
+    module = importlib.import_module(f"sigma_ref.spec.{module_name}")
     tests = {name: obj for name, obj in vars(module).items() if name.startswith("test_") and callable(obj)}
     expected = {p.test_name: p for p in PROPERTIES.values() if p.level == level}
     assert set(tests) == set(expected)
@@ -36,9 +38,17 @@ def test_one_test_per_property(level: str) -> None:
 
 
 def test_every_level_has_properties() -> None:
-    """docs/spec.md §7 levels 0-4 are all covered, one module each, loaded in the levels' order."""
-    assert SPEC_MODULES == tuple(f"test_{level}" for level in LEVELS)
-    assert {p.level for p in load_properties().values()} == set(LEVELS)
+    """docs/spec.md §7 levels 0-5 are all covered, one module each, loaded in the levels' order: one
+    property system (level 5's properties are registered like the others, and come last)."""
+    assert SPEC_MODULES == (*(f"test_{level}" for level in LEVELS), "test_scaleout")
+    props = list(load_properties().values())
+    assert {p.level for p in props} == set(SUITE_LEVELS)
+    assert [p.name for p in props if p.level == SCALEOUT_LEVEL] == [
+        "scaleout_advantages",
+        "scaleout_gradient",
+        "scaleout_prediction",
+    ]
+    assert all(p.level == SCALEOUT_LEVEL for p in props[-3:])
 
 
 def test_registering_twice_is_harmless_but_two_definitions_are_not() -> None:
