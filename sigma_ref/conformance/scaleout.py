@@ -565,6 +565,7 @@ def _run_job(
             results.append(None)
             continue
         tag = f"W={w}, M={m}, {split}"
+        torch.manual_seed(job["seed"] + rank)  # code that draws (verl's clip_cov) draws the same every run
         rows = _shard_rows(batch, w, rank, split)
         rows_t = torch.tensor(rows, device=device)
         say(f"the advantage function at {tag}")

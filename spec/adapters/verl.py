@@ -25,6 +25,7 @@ token-level signature (layout ``token``: the reward on each response's last vali
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import Callable
 from typing import Any
@@ -195,6 +196,30 @@ def _kl_loss(kl: str, coef: float) -> Callable[..., torch.Tensor]:
     return loss
 
 
+def _rollout_weights(
+    old_logp: torch.Tensor,
+    rollout_logp: torch.Tensor | None,
+    mask: torch.Tensor,
+    level: str,
+    threshold: float,
+) -> torch.Tensor:
+    """The batch's ``rollout_is_weights`` from verl's own
+    ``compute_rollout_correction_and_rejection_mask`` (``rollout_logp`` None: the rollout is ``old_logp``)."""
+    _core_algos()
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    rollout = old_logp if rollout_logp is None else rollout_logp
+    proto, _mask, _metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=old_logp.detach(),
+        rollout_log_prob=rollout.detach(),
+        response_mask=mask,
+        rollout_is=level,
+        rollout_is_threshold=threshold,
+    )
+    weights: torch.Tensor = proto.batch["rollout_is_weights"]
+    return weights
+
+
 def _rollout_corr_loss(level: str, threshold: float) -> Callable[..., torch.Tensor]:
     """The vanilla policy loss (token-mean) with verl's rollout correction
     (``algorithm.rollout_correction.rollout_is=level``, ``rollout_is_threshold=threshold``): the weights
@@ -209,18 +234,7 @@ def _rollout_corr_loss(level: str, threshold: float) -> Callable[..., torch.Tens
         mask: torch.Tensor,
         rollout_logp: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        _core_algos()
-        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
-
-        rollout = old_logp if rollout_logp is None else rollout_logp
-        proto, _mask, _metrics = compute_rollout_correction_and_rejection_mask(
-            old_log_prob=old_logp.detach(),
-            rollout_log_prob=rollout.detach(),
-            response_mask=mask,
-            rollout_is=level,
-            rollout_is_threshold=threshold,
-        )
-        weights = proto.batch["rollout_is_weights"]
+        weights = _rollout_weights(old_logp, rollout_logp, mask, level, threshold)
         return _verl_loss(
             "vanilla", "token-mean", logp, old_logp, advantages, mask, rollout_is_weights=weights
         )
@@ -231,10 +245,19 @@ def _rollout_corr_loss(level: str, threshold: float) -> Callable[..., torch.Tens
     return loss
 
 
-def _at_scale(mode: str) -> Callable[..., torch.Tensor]:
-    """The vanilla policy loss with the global batch info verl's engine puts in ``global_batch_info``:
+def _at_scale(
+    mode: str,
+    loss_mode: str = "vanilla",
+    *,
+    kl: str | None = None,
+    kl_coef: float = 0.0,
+    rollout_is: str | None = None,
+) -> Callable[..., torch.Tensor]:
+    """A row's loss with the global batch info verl's engine puts in ``global_batch_info``:
     ``dp_size``, ``batch_num_tokens`` (the loss-mask sum all-reduced over the DP group) and
-    ``global_batch_size`` (the sequences of the global mini-batch); ``loss_scale_factor`` unset."""
+    ``global_batch_size`` (the sequences of the global mini-batch); ``loss_scale_factor`` unset. The
+    registered policy loss ``loss_mode``, verl's KL loss ``kl`` (on ``ref_logp``) and its rollout
+    correction ``rollout_is`` (on ``rollout_logp``) as the row's single-process loss has them."""
 
     def loss(
         logp: torch.Tensor,
@@ -245,20 +268,40 @@ def _at_scale(mode: str) -> Callable[..., torch.Tensor]:
         dp_size: int,
         global_num_tokens: int,
         global_num_seqs: int,
+        ref_logp: torch.Tensor | None = None,
+        rollout_logp: torch.Tensor | None = None,
     ) -> torch.Tensor:
         info = {
             "dp_size": dp_size,
             "batch_num_tokens": global_num_tokens,
             "global_batch_size": global_num_seqs,
         }
-        return _verl_loss("vanilla", mode, logp, old_logp, advantages, mask, global_info=info)
+        weights = None
+        if rollout_is is not None:
+            weights = _rollout_weights(old_logp, rollout_logp, mask, rollout_is, ROLLOUT_IS_THRESHOLD)
+        return _verl_loss(
+            loss_mode,
+            mode,
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            global_info=info,
+            kl=kl,
+            kl_coef=kl_coef,
+            ref_logp=ref_logp,
+            rollout_is_weights=weights,
+        )
 
-    loss.__name__ = f"verl_policy_loss_vanilla[{mode}, global_batch_info]"
+    extra = f", kl_loss_type={kl}" if kl else f", rollout_is={rollout_is}" if rollout_is else ""
+    loss.__name__ = f"verl_policy_loss_{loss_mode}[{mode}{extra}, global_batch_info]"
     return loss
 
 
-#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
-AT_SCALE = types.SimpleNamespace(**{mode: _at_scale(mode) for mode in LOSS_AGG_MODES})
+def _attr(mode: str) -> str:
+    """A row's name as an attribute of :data:`AT_SCALE`: ``policy[gspo]`` -> ``policy_gspo``."""
+    return re.sub(r"\W+", "_", mode.replace("+", "_plus")).strip("_")
+
 
 #: verl's PPO defaults (``ActorConfig``): clip_ratio 0.2 both sides, dual clip ``clip_ratio_c`` 3.0.
 _EPS, _DUAL = 0.2, 3.0
@@ -422,6 +465,15 @@ OBJECTIVE_NOTES: dict[str, str] = {
 
 #: The loss properties the matrix runs on the objective variants (their advantage is ``grpo``'s).
 _LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name): the
+#: vanilla loss in each ``loss_agg_mode``, and every objective row's loss (token-mean, verl's default).
+AT_SCALE = types.SimpleNamespace(
+    **{mode: _at_scale(mode) for mode in LOSS_AGG_MODES},
+    **{_attr(f"policy[{name}]"): _at_scale("token-mean", name) for name in _REGISTRY_OBJECTIVES},
+    **{_attr(f"kl[{kl}]"): _at_scale("token-mean", kl=kl, kl_coef=KL_COEF) for kl in _KL_TYPES},
+    **{_attr(f"rollout_corr[{level}]"): _at_scale("token-mean", rollout_is=level) for level in _ROLLOUT_IS},
+)
+
 LOSS_ONLY: dict[str, tuple[str, ...]] = {
     **{f"policy[{name}]": _LOSS_PROPERTIES for name in _REGISTRY_OBJECTIVES},
     **{f"rollout_corr[{level}]": _LOSS_PROPERTIES for level in _ROLLOUT_IS},
@@ -441,6 +493,29 @@ SCALEOUT: dict[str, ScaleOut | str] = {
         mode: _SCALE["token-mean"] for mode in ADAPTERS if ADAPTERS[mode].loss is not None and "[" not in mode
     },
     **{f"loss[{mode}]": _SCALE[mode] for mode in LOSS_AGG_MODES},
+    # the objective rows: their own loss at scale, token-mean (each gets the neutral ref_logp and
+    # rollout_logp of its micro-batch: the oracle's prediction is the policy gradient at ratio 1)
+    **{
+        row: ScaleOut(_attr(row), "token-mean", how=_HOW)
+        for row in (
+            *(f"policy[{name}]" for name, objective in _REGISTRY_OBJECTIVES.items() if objective is not None),
+            *(f"kl[{kl}]" for kl in _KL_TYPES if _KL_TYPES[kl] != "k1"),
+            *(f"rollout_corr[{level}]" for level in _ROLLOUT_IS),
+        )
+    },
+    # an objective the oracle does not have (OBJECTIVE_NOTES), and k1 in the loss (its gradient
+    # kl_coef * w_it is on every token at ratio 1 too), have no policy-gradient prediction (aggregation
+    # None): the split-vs-full gradient is still checked
+    **{
+        f"policy[{name}]": ScaleOut(_attr(f"policy[{name}]"), None, how=_HOW)
+        for name, objective in _REGISTRY_OBJECTIVES.items()
+        if objective is None
+    },
+    **{
+        f"kl[{kl}]": ScaleOut(_attr(f"kl[{kl}]"), None, how=_HOW)
+        for kl, est in _KL_TYPES.items()
+        if est == "k1"
+    },
 }
 
 NOT_APPLICABLE: dict[str, str] = {
