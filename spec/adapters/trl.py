@@ -36,6 +36,7 @@ import functools
 import inspect
 import math
 import os
+import re
 import tempfile
 import textwrap
 import types
@@ -331,10 +332,19 @@ def _stand_in(loss_type: str, options: tuple[tuple[str, Any], ...] = ()) -> Stan
 
 
 @functools.cache
-def _stand_in_at_scale(loss_type: str, world_size: int, accumulation: int) -> StandIn:
+def _stand_in_at_scale(
+    loss_type: str,
+    world_size: int,
+    accumulation: int,
+    options: tuple[tuple[str, Any], ...] = (),
+    use_vllm: bool = False,
+) -> StandIn:
     """A stand-in for one of W processes accumulating ``accumulation`` micro-batches per step
-    (``GRPOConfig(gradient_accumulation_steps=M)``, so ``steps_per_generation`` = M, TRL's default)."""
-    return StandIn(_config(loss_type, (), accumulation)[0], _Processes(world_size))
+    (``GRPOConfig(gradient_accumulation_steps=M, **options)``, so ``steps_per_generation`` = M, TRL's
+    default); ``use_vllm``: generating with vLLM (:func:`_stand_in_vllm`)."""
+    trainer = StandIn(_config(loss_type, options, accumulation)[0], _Processes(world_size))
+    trainer.use_vllm = use_vllm or trainer.use_vllm
+    return trainer
 
 
 def _compute_loss(
@@ -430,9 +440,13 @@ def _vllm_is_loss(loss_type: str, mode: str, clip_max: float) -> Callable[..., t
     return loss
 
 
-def _at_scale(loss_type: str) -> Callable[..., torch.Tensor]:
+def _at_scale(
+    loss_type: str, options: tuple[tuple[str, Any], ...] = (), vllm_is: str | None = None
+) -> Callable[..., torch.Tensor]:
     """``_compute_loss`` on one of W processes with M accumulation steps: ``num_items_in_batch`` is
-    the generation batch's token count (every process and micro-batch), as the Trainer passes it."""
+    the generation batch's token count (every process and micro-batch), as the Trainer passes it.
+    ``options``: the row's ``GRPOConfig`` options (a KL ``beta`` reads ``ref_logp``); ``vllm_is``: the
+    row's ``vllm_importance_sampling_mode`` (TRL's own ratio block on ``old_logp`` and ``rollout_logp``)."""
 
     def loss(
         logp: torch.Tensor,
@@ -443,12 +457,25 @@ def _at_scale(loss_type: str) -> Callable[..., torch.Tensor]:
         global_num_tokens: int,
         world_size: int,
         micro_batches: int,
+        ref_logp: torch.Tensor | None = None,
+        rollout_logp: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        trainer = _stand_in_at_scale(loss_type, world_size, micro_batches)
+        trainer = _stand_in_at_scale(loss_type, world_size, micro_batches, options, vllm_is is not None)
         items = torch.tensor(float(global_num_tokens), dtype=logp.dtype)
-        return _compute_loss(trainer, logp, old_logp, advantages, mask, items)
+        rho = None
+        if vllm_is is not None:
+            rollout = old_logp if rollout_logp is None else rollout_logp
+            rho = vllm_importance_sampling_ratio(
+                old_logp, rollout, mask, mode=vllm_is, clip_max=VLLM_CLIP_MAX
+            )
+        return _compute_loss(
+            trainer, logp, old_logp, advantages, mask, items, ref_logp, importance_sampling_ratio=rho
+        )
 
-    loss.__name__ = f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}, W processes, M accumulation steps]"
+    extra = "".join(f", {k}={v}" for k, v in options) + (f", vllm {vllm_is}" if vllm_is else "")
+    loss.__name__ = (
+        f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}{extra}, W processes, M accumulation steps]"
+    )
     return loss
 
 
@@ -625,8 +652,19 @@ LOSS_ONLY: dict[str, tuple[str, ...]] = {
 }
 LOSS_ONLY.update({mode: _LOSS_PROPERTIES for mode in VLLM_IS})
 
-#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
-AT_SCALE = types.SimpleNamespace(**{t: _at_scale(t) for t in LOSS_TYPES})
+
+def _attr(mode: str) -> str:
+    """A row's name as an attribute of :data:`AT_SCALE`: ``loss[dapo, delta=1.5]`` -> ``dapo_delta_1_5``."""
+    return re.sub(r"\W+", "_", mode.removeprefix("loss[").removesuffix("]")).strip("_")
+
+
+#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name): every
+#: ``loss_type``, every variant with its options and every vLLM importance-sampling mode.
+AT_SCALE = types.SimpleNamespace(
+    **{t: _at_scale(t) for t in LOSS_TYPES},
+    **{_attr(mode): _at_scale(t, tuple(sorted(o.items()))) for mode, (t, o, _obj) in VARIANTS.items()},
+    **{_attr(mode): _at_scale(t, vllm_is=is_mode) for mode, (t, is_mode, _obj) in VLLM_IS.items()},
+)
 _HOW = "num_items_in_batch, num_processes, gradient_accumulation_steps"
 _SCALE: dict[str, ScaleOut] = {
     t: ScaleOut(
@@ -642,6 +680,16 @@ _SCALE: dict[str, ScaleOut] = {
 SCALEOUT: dict[str, ScaleOut | str] = {
     **{mode: _SCALE["dapo"] for mode in ("group", "batch", "none", "normalize_then_sum")},
     **{f"loss[{t}]": _SCALE[t] for t in LOSS_TYPES},
+    # the variants and vLLM modes: their own loss at scale, predicted where the oracle has the objective
+    # and it is a policy gradient at ratio 1 (a k3 term is, at ref_logp = logp; the ratio-weighted k3
+    # of use_bias_correction_kl is not in the oracle)
+    **{
+        mode: ScaleOut(_attr(mode), resolve_aggregation(t) if obj is not None else None, how=_HOW)
+        for mode, (t, _o, obj) in VARIANTS.items()
+    },
+    **{
+        mode: ScaleOut(_attr(mode), resolve_aggregation(t), how=_HOW) for mode, (t, _m, _o) in VLLM_IS.items()
+    },
 }
 
 NOT_APPLICABLE: dict[str, str] = {
