@@ -37,6 +37,7 @@ import functools
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -266,10 +267,15 @@ def _kl_loss(estimator: str, coef: float) -> Callable[..., torch.Tensor]:
     return loss
 
 
-def _at_scale(mode: str) -> Callable[..., torch.Tensor]:
-    """``PolicyLoss`` with the normalisers of ``utils/loss_utils.py:_optimizer_step_loss_norm``: the
-    step's tokens and sequences over every rank and micro-batch, divided by the accumulation steps
-    (DeepSpeed then divides each micro-batch loss by them), and ``dp_size``."""
+def _at_scale(
+    mode: str, options: tuple[tuple[str, Any], ...] = (), kl: str | None = None, kl_coef: float = 0.0
+) -> Callable[..., torch.Tensor]:
+    """``PolicyLoss(**options)`` with the normalisers of ``utils/loss_utils.py:_optimizer_step_loss_norm``:
+    the step's tokens and sequences over every rank and micro-batch, divided by the accumulation
+    steps (DeepSpeed then divides each micro-batch loss by them), and ``dp_size``; with ``kl``, the
+    KL loss ``aggregate_loss(compute_approx_kl(...), **loss_batch_info) * kl_ctl`` as
+    ``PPOActor.training_step`` adds it (on ``ref_logp``); the rollout's log-probs reach the
+    importance-sampling correction as ``rollout_log_probs``."""
 
     def loss(
         logp: torch.Tensor,
@@ -281,17 +287,27 @@ def _at_scale(mode: str) -> Callable[..., torch.Tensor]:
         global_num_tokens: int,
         global_num_seqs: int,
         micro_batches: int,
+        ref_logp: torch.Tensor | None = None,
+        rollout_logp: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean")
+        o = _openrlhf()
+        fn = o.PolicyLoss(token_level_loss=mode == "token-mean", **dict(options))
         info = {
             "dp_size": dp_size,
             "batch_num_tokens": torch.tensor(float(global_num_tokens), dtype=torch.float32) / micro_batches,
             "global_batch_size": torch.tensor(float(global_num_seqs), dtype=torch.float32) / micro_batches,
         }
-        out: torch.Tensor = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask, **info)[0]
+        rollout = old_logp if rollout_logp is None else rollout_logp
+        adv = per_token(advantages, mask)
+        out: torch.Tensor = fn(logp, old_logp, adv, action_mask=mask, rollout_log_probs=rollout, **info)[0]
+        if kl is not None:
+            ref = logp.detach() if ref_logp is None else ref_logp
+            approx = o.compute_approx_kl(logp, ref, log_probs_old=old_logp, kl_estimator=kl)
+            out = out + o.aggregate_loss(approx, mask, **info) * kl_coef
         return out
 
-    loss.__name__ = f"openrlhf_PolicyLoss[{mode}, loss_batch_info]"
+    extra = "".join(f", {k}={v}" for k, v in options) + (f", kl {kl}" if kl else "")
+    loss.__name__ = f"openrlhf_PolicyLoss[{mode}{extra}, loss_batch_info]"
     return loss
 
 
@@ -400,8 +416,19 @@ LOSS_ONLY: dict[str, tuple[str, ...]] = {
     **{f"kl[{est}]": ("loss_objective",) for est in ("k1", "k2", "k3")},
 }
 
-#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
-AT_SCALE = types.SimpleNamespace(**{m: _at_scale(m) for m in ("token-mean", "seq-mean-token-mean")})
+
+def _attr(mode: str) -> str:
+    """A row's name as an attribute of :data:`AT_SCALE`: ``policy[dual_clip=3]`` -> ``policy_dual_clip_3``."""
+    return re.sub(r"\W+", "_", mode).strip("_")
+
+
+#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name): the
+#: two aggregations, every PolicyLoss variant with its options and every KL estimator.
+AT_SCALE = types.SimpleNamespace(
+    **{m: _at_scale(m) for m in ("token-mean", "seq-mean-token-mean")},
+    **{_attr(mode): _at_scale(agg, tuple(sorted(o.items()))) for mode, (agg, o, _obj) in VARIANTS.items()},
+    **{_attr(f"kl[{est}]"): _at_scale("token-mean", kl=est, kl_coef=KL_COEF) for est in ("k1", "k2", "k3")},
+)
 _HOW = "dp_size, batch_num_tokens / gas, global_batch_size / gas; DeepSpeed divides by gas"
 #: The level-5 column: PolicyLoss with OpenRLHF's per-step global normalisers.
 SCALEOUT: dict[str, ScaleOut | str] = {
@@ -412,6 +439,21 @@ SCALEOUT: dict[str, ScaleOut | str] = {
     "loss[seq-mean-token-mean]": ScaleOut(
         "seq-mean-token-mean", "seq-mean-token-mean", loss_scale="mean-over-micro-batches", how=_HOW
     ),
+    # the variants and KL rows: their own loss at scale (k1 in the loss has the gradient kl_ctl * w_it
+    # on every token at ratio 1: no policy-gradient prediction, the split-vs-full gradient is checked)
+    **{
+        mode: ScaleOut(_attr(mode), agg, loss_scale="mean-over-micro-batches", how=_HOW)
+        for mode, (agg, _o, _obj) in VARIANTS.items()
+    },
+    **{
+        f"kl[{est}]": ScaleOut(
+            _attr(f"kl[{est}]"),
+            None if est == "k1" else "token-mean",
+            loss_scale="mean-over-micro-batches",
+            how=_HOW,
+        )
+        for est in ("k1", "k2", "k3")
+    },
 }
 
 NOT_APPLICABLE: dict[str, str] = {
