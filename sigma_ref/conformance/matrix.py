@@ -20,6 +20,9 @@ computes at ratio != 1: the declared :class:`~sigma_ref.objectives.Objective` ch
 ``scale-out`` (level 5: the mode's loss on W = 2 real ``torch.distributed`` processes with
 M = 2 micro-batches each, :func:`~sigma_ref.conformance.scaleout.run_scaleout`, given the
 global counts the peer takes; ``pass``, ``FAIL <factor>: <bug class>``, or ``n/a: reason``).
+Every row with a loss has a scale-out cell: each peer module's ``SCALEOUT`` names the at-scale
+form of every loss row (objective variants, KL terms and rollout corrections included, fed their
+micro-batch's ``ref_logp`` and ``rollout_logp``), or the reason it cannot run.
 The peers compute advantages on the whole gathered batch (TRL gathers the rewards of every
 process, verl and OpenRLHF compute them in the driver), so the scale-out column runs the
 oracle's advantages and checks the loss.
