@@ -250,3 +250,39 @@ def test_ranks_listen_on_loopback_unless_asked() -> None:
     assert "rank 0 listens on non-loopback addresses" in wide.summary()
     with pytest.raises(ValueError, match="rendezvous_host='' must be an address"):
         run_scaleout(adv, loss, rendezvous_host="", **kw)  # type: ignore[arg-type]
+
+
+def test_the_matrix_judges_its_launched_reports_through_the_level5_properties() -> None:
+    """``run_adapter`` with a row's level-5 report (the matrix launches every row's at once) runs the
+    level-5 properties through ``run_suite`` like every other level: no process starts here, and the
+    outcomes follow the report's results (a FAIL of the gradient names its configuration)."""
+    from types import SimpleNamespace
+
+    from sigma_ref.conformance.adapter import oracle_adapter
+    from sigma_ref.conformance.matrix import run_adapter
+    from sigma_ref.conformance.scaleout import ScaleoutReport, ScaleoutResult
+
+    report = ScaleoutReport(
+        (
+            ScaleoutResult("scaleout_advantages[whole-groups,W=2]", "pass", None, "equal"),
+            ScaleoutResult("scaleout_gradient[W=2,M=2]", "FAIL", 2.0, "normaliser computed per micro-batch"),
+            ScaleoutResult(
+                "scaleout_aggregation", "NOTE", None, "no aggregation declared; detected: token-mean"
+            ),
+        ),
+        2,
+        (2,),
+        "gloo",
+        1.0,
+    )
+    adapter = oracle_adapter("paper").replace(
+        loss=lambda logp, old_logp, advantages, mask: (logp * mask).sum()
+    )
+    results, ctx = run_adapter(adapter, names=(), scaleout=(SimpleNamespace(loss_scale="none"), report))
+    assert ctx.memo["scaleout"] is report
+    assert [(r["property"], r["verdict"]) for r in results] == [
+        ("scaleout_advantages", "pass"),
+        ("scaleout_gradient", "FAIL"),
+        ("scaleout_prediction", "NOTE"),
+    ]
+    assert results[1]["message"].startswith("scaleout_gradient[W=2,M=2]: normaliser computed per micro-batch")

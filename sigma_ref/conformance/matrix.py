@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from .adapter import Adapter
-from .levels import LEVELS
+from .levels import LEVELS, SCALEOUT_LEVEL
 
 __all__ = [
     "PEERS",
@@ -191,6 +191,7 @@ def run_adapter(
     seed: int = 0,
     threads: int = 1,
     names: Sequence[str] | None = None,
+    scaleout: tuple[Any, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], Any]:
     """Every property on ``adapter`` under its declared convention: outcomes and the context.
 
@@ -199,13 +200,28 @@ def run_adapter(
     :func:`~sigma_ref.conformance.core.run_suite`). Failing inputs are not shrunk (the
     matrix needs the verdict; ``sigma-ref check`` shrinks): the message shows the first
     failing input found, ``cause`` the confirmed cause when the suite found one. ``names``:
-    only these properties.
+    only these properties. ``scaleout``: ``(ScaleOut spec, ScaleoutReport)`` of the row's level-5
+    run (the matrix launches every row's at once, :func:`run_scaleout_cells`): the level-5
+    properties then judge it through the same runner, like every other level.
     """
-    from .core import run_suite
+    from .core import load_properties, run_suite
+    from .launch import ScaleoutOptions
     from .session import build_context
 
     with _matrix_profile(threads):
         ctx = build_context(adapter)
+        if scaleout is not None:
+            spec, report = scaleout
+            opts = ScaleoutOptions(
+                world_size=SCALEOUT_WORLD_SIZE,
+                micro_batches=(SCALEOUT_MICRO_BATCHES,),
+                loss_scale=spec.loss_scale,
+            )
+            ctx = dataclasses.replace(ctx, scaleout=opts)
+            ctx.memo["scaleout"] = report  # launched with every other row's: judged here
+            if names is not None:
+                level5 = [p.name for p in load_properties().values() if p.level == SCALEOUT_LEVEL]
+                names = [*names, *level5]
         results = [
             {
                 "property": o.name,
@@ -365,6 +381,16 @@ def run_scaleout_cells(
     which starts the W processes once for all of them; each cell's results are those of its run
     alone. Cells that ask for the same run share it.
     """
+    return [
+        (f"n/a: {found}", [])
+        if isinstance(found, str)
+        else (_scaleout_text(found.results), list(found.results))
+        for found in _scaleout_reports(cells, timeout=timeout)
+    ]
+
+
+def _scaleout_reports(cells: Sequence[tuple[types.ModuleType, Any]], *, timeout: float = 120.0) -> list[Any]:
+    """:func:`run_scaleout_cells`'s runs: per cell its ``ScaleoutReport``, or the reason (a string)."""
     from .scaleout import ScaleoutJob, run_scaleout_many
 
     jobs: dict[tuple[str, Any], ScaleoutJob] = {}
@@ -382,14 +408,7 @@ def run_scaleout_cells(
             )
     reports = run_scaleout_many(list(jobs.values()), world_size=SCALEOUT_WORLD_SIZE)
     by_run = dict(zip(jobs, reports, strict=True))
-    out: list[tuple[str, list[Any]]] = []
-    for module, spec in cells:
-        if isinstance(spec, str):
-            out.append((f"n/a: {spec}", []))
-        else:
-            report = by_run[(module.__name__, spec)]
-            out.append((_scaleout_text(report.results), list(report.results)))
-    return out
+    return [spec if isinstance(spec, str) else by_run[(module.__name__, spec)] for module, spec in cells]
 
 
 def run_scaleout_cell(
@@ -510,10 +529,9 @@ def _warm_up(module: types.ModuleType) -> None:
         first(Batch.grouped([[1.0, 0.0, 0.0, 0.0]]))
 
 
-def _scaleout_column(
-    peers: Sequence[str], modes: Sequence[str] | None
-) -> dict[tuple[str, Any], tuple[str, list[Any]]]:
-    """The scale-out cell of every selected mode of every installed peer, by ``(module, spec)``."""
+def _scaleout_column(peers: Sequence[str], modes: Sequence[str] | None) -> dict[tuple[str, Any], Any]:
+    """The level-5 run of every selected mode of every installed peer, by ``(module, spec)``: its
+    ``ScaleoutReport`` (one launch for all), or the reason it cannot run."""
     cells: dict[tuple[str, Any], tuple[types.ModuleType, Any]] = {}
     for peer in peers:
         module = adapter_module(peer)
@@ -524,7 +542,7 @@ def _scaleout_column(
             spec = at_scale.get(mode)
             if (modes is None or f"{peer}:{mode}" in modes) and spec is not None:
                 cells.setdefault((module.__name__, spec), (module, spec))
-    return dict(zip(cells, run_scaleout_cells(list(cells.values())), strict=True))
+    return dict(zip(cells, _scaleout_reports(list(cells.values())), strict=True))
 
 
 def run_matrix(
@@ -544,7 +562,7 @@ def run_matrix(
     distinct loss of every peer: :func:`run_scaleout_cells`; rows that share a loss share the
     run); without it the column is empty.
     """
-    scaled: dict[tuple[str, Any], tuple[str, list[Any]]] = {}
+    scaled: dict[tuple[str, Any], Any] = {}
     if scaleout:
         scaled = _scaleout_column(peers, modes)
     rows: list[Row] = []
@@ -566,17 +584,22 @@ def run_matrix(
                 continue
             start = time.perf_counter()
             names = loss_only.get(mode)
-            results, ctx = run_adapter(
-                adapter, max_examples=max_examples, seed=seed, threads=threads, names=names
-            )
-            det = ctx.detection
             scale_text: str = ""
             scale_results: list[Any] = []
+            level5: tuple[Any, Any] | None = None  # judged by the level-5 properties in run_adapter
             spec = at_scale.get(mode)
-            if scaleout and spec is not None:
-                scale_text, scale_results = scaled[(module.__name__, spec)]
+            found = scaled.get((module.__name__, spec)) if scaleout and spec is not None else None
+            if isinstance(found, str):
+                scale_text = f"n/a: {found}"
+            elif found is not None:
+                scale_text, scale_results = _scaleout_text(found.results), list(found.results)
+                level5 = (spec, found)
             elif scaleout and adapter.loss is not None:
                 scale_text = "-"
+            results, ctx = run_adapter(
+                adapter, max_examples=max_examples, seed=seed, threads=threads, names=names, scaleout=level5
+            )
+            det = ctx.detection
             note = notes.get(mode, "")
             if names is not None:
                 note = (note + " " if note else "") + "Loss properties only: " + ", ".join(names) + "."
