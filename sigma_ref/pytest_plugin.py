@@ -212,6 +212,7 @@ class _State(TypedDict):
     start: float
     context: Context | None
     seed: int | None
+    reported_seed: list[int | None]  # the seed the reports carry (pytest-xdist: the workers')
 
 
 _STATE_KEY = pytest.StashKey[_State]()
@@ -220,7 +221,13 @@ _STATE_KEY = pytest.StashKey[_State]()
 def _state(config: pytest.Config) -> _State:
     state = config.stash.get(_STATE_KEY, None)
     if state is None:
-        state = {"outcomes": [], "start": time.perf_counter(), "context": None, "seed": None}
+        state = {
+            "outcomes": [],
+            "start": time.perf_counter(),
+            "context": None,
+            "seed": None,
+            "reported_seed": [],
+        }
         config.stash[_STATE_KEY] = state
     return state
 
@@ -280,7 +287,9 @@ def conformance_context(config: pytest.Config) -> Any:
         if forced is not None:
             state["seed"] = int(forced)
         elif not settings().derandomize:  # settings() holds the loaded profile's values
-            state["seed"] = new_seed()
+            # pytest-xdist's workers share the run's id: one seed for the whole run, as without xdist
+            run = getattr(config, "workerinput", {}).get("testrunuid")
+            state["seed"] = int(str(run)[:8], 16) if run else new_seed()
     return state["context"]
 
 
@@ -313,8 +322,10 @@ def _scaleout_options(config: pytest.Config) -> Any:
     )
 
 
-#: The key of a property test's place in the suite's order in its report's ``user_properties``.
+#: The keys of a property test's place in the suite's order, and of the run's hypothesis seed, in its
+#: report's ``user_properties``.
 _ORDER_KEY = "sigma_ref_order"
+_SEED_KEY = "sigma_ref_seed"
 
 
 def _reported_outcome(report: pytest.TestReport) -> tuple[tuple[int, int, str], Outcome] | None:
@@ -363,8 +374,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         data = Outcome(name, level, param, verdict, message).to_dict()  # type: ignore[arg-type]
     order = list(PROPERTIES).index(name) if name in PROPERTIES else len(PROPERTIES)
     index = callspec.indices.get("param", 0) if callspec is not None else 0
-    others = [(k, v) for k, v in report.user_properties if k not in (OUTCOME_KEY, _ORDER_KEY)]
-    report.user_properties = [*others, (OUTCOME_KEY, data), (_ORDER_KEY, (order, index))]
+    others = [(k, v) for k, v in report.user_properties if k not in (OUTCOME_KEY, _ORDER_KEY, _SEED_KEY)]
+    seed = conformance_seed(item.config)
+    report.user_properties = [*others, (OUTCOME_KEY, data), (_ORDER_KEY, (order, index)), (_SEED_KEY, seed)]
     return report
 
 
@@ -378,7 +390,11 @@ class _Outcomes:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = _reported_outcome(report)
         if found is not None:
-            _state(self.config)["outcomes"].append(found)
+            state = _state(self.config)
+            state["outcomes"].append(found)
+            seeds: list[Any] = [v for k, v in report.user_properties if k == _SEED_KEY]
+            if seeds and not state["reported_seed"]:
+                state["reported_seed"].append(seeds[0])
 
 
 @pytest.hookimpl(trylast=True)
@@ -404,7 +420,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     profile = settings.get_current_profile_name()
     context = conformance_context(config)  # under pytest-xdist, built here from the same options
     outcomes = [outcome for _, outcome in sorted(state["outcomes"], key=lambda entry: entry[0])]
-    seed = state["seed"]
+    seed = state["reported_seed"][0] if state["reported_seed"] else state["seed"]
     terminalreporter.write_sep("=", "sigma-ref conformance")
     terminalreporter.write_line(summary(context, outcomes, seed=seed, profile=profile, seconds=seconds))
     path = config.getoption("sigma_ref_report")
