@@ -45,6 +45,13 @@ the prefix ``--sigma-ref-``, as hypothesis' options share ``--hypothesis-``):
   ``--sigma-ref-kl-coef BETA`` ``--sigma-ref-kl-placement loss|reward``, ``--sigma-ref-tis-cap C``
   ``--sigma-ref-tis-level token|sequence`` ``--sigma-ref-tis-mode truncate|mask``: the loss's
   objective at ratios != 1 (``sigma_ref.objectives.Objective``), checked by ``loss_objective``.
+* ``--sigma-ref-world-size W``, ``--sigma-ref-micro-batches M`` (``1,2,3`` for several), with
+  ``--sigma-ref-split``, ``--sigma-ref-loss-scale``, ``--sigma-ref-scaleout-timeout``,
+  ``--sigma-ref-backend`` and ``--sigma-ref-rendezvous-host`` (default ``127.0.0.1``): level 5 on real
+  ``torch.distributed`` processes (``spec/test_scaleout.py``, launched once per run).
+
+Each property's outcome rides on its test's report (``user_properties``), so the summary and the
+``--sigma-ref-report`` JSON are built in the main process, the same with and without pytest-xdist.
 
 ``sigma-ref check`` runs this suite in a child process and reads its progress from the
 hidden ``--sigma-ref-progress PATH`` (one JSON object a line), so that an implementation
