@@ -511,8 +511,12 @@ def detect_keep_order(adapter: Adapter) -> str:
     """How a keep-mask filter orders its result: ``response``, ``first-seen`` or ``sorted``.
 
     The probe has ids 7, 3, 7, 3, 5, 5 (first-seen order 7, 3, 5; sorted 3, 5, 7) and only
-    group 7 live, so the three readings of the result differ.
+    group 7 live, so the three readings of the result differ. A filter of a contiguous layout
+    (``rewards.view(-1, G)``) takes no ids: its groups are positional, so first-seen and sorted are
+    one order and no probe is made (interleaved ids would not fit its layout).
     """
+    if adapter.layout not in _BY_INDEX:
+        return "first-seen"
     probe = Batch(np.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), np.array([7, 3, 7, 3, 5, 5]))
     out = adapter.flat(adapter._keep_call(probe, torch.tensor(probe.rewards))).to("cpu").bool().tolist()
     if len(out) == probe.n:

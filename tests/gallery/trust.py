@@ -1,0 +1,173 @@
+"""Issue 20 and issue 26 (items 4, 5): false alarms, a miss and filters beyond ``0 < k < G``.
+
+Our own code, written the way trainers write it (``view(-1, G)`` filters, dict-of-lists
+filters over uids, ``nan_to_num`` on rewards, ``std > 0`` guards). Each correct entry must
+pass with nothing declared and with what a user would declare from the trainer's config, on
+two seeds and both hypothesis profiles; each wrong one must FAIL the property it breaks with
+a cause a probe confirmed (``tests/test_gallery_trust.py``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from .cases import FULL_PRECISION, Case
+
+_T = "huggingface/trl main (2026-07) trl/trainer/grpo_trainer.py GRPOTrainer._generate_and_score_completions"
+_D = "verl recipe/dapo dapo_ray_trainer.py filter_groups"
+
+
+# ---------------------------------------------------------------------------------------
+# advantage functions the filters sit beside
+
+
+def trl_group_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """TRL's scale_rewards='group': view(-1, G), torch.std (Bessel) + 1e-4."""
+    grouped = rewards.view(-1, group_size)
+    mean = grouped.mean(dim=1).repeat_interleave(group_size, dim=0)
+    if group_size == 1:  # one response has no baseline: TRL's nanstd of one value, then A = 0
+        return torch.zeros_like(rewards)
+    std = grouped.std(dim=1).repeat_interleave(group_size, dim=0)
+    return (rewards - mean) / (std + 1e-4)
+
+
+def verl_uid_lists(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """verl's GRPO: uid -> list of scores, torch.std (Bessel) + 1e-6, a lone response R / (1 + 1e-6)."""
+    scores = rewards.clone()
+    id2score: dict = defaultdict(list)
+    for i, uid in enumerate(index.tolist()):
+        id2score[uid].append(scores[i])
+    id2mean, id2std = {}, {}
+    for uid, vals in id2score.items():
+        if len(vals) == 1:
+            id2mean[uid], id2std[uid] = torch.tensor(0.0), torch.tensor(1.0)
+        else:
+            stacked = torch.stack(vals)
+            id2mean[uid], id2std[uid] = stacked.mean(), stacked.std()
+    for i, uid in enumerate(index.tolist()):
+        scores[i] = (scores[i] - id2mean[uid]) / (id2std[uid] + 1e-6)
+    return scores
+
+
+# ---------------------------------------------------------------------------------------
+# issue 20 item 1: a per-group filter over view(-1, G)
+
+
+def dapo_view_filter(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """DAPO's dynamic sampling over contiguous groups: one bool per group, kept iff max > min."""
+    grouped = rewards.view(-1, group_size)
+    return grouped.max(dim=1).values > grouped.min(dim=1).values
+
+
+# ---------------------------------------------------------------------------------------
+# issue 20 item 2: a spread skip beside TRL's normalisation
+
+
+def trl_spread_skip(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """TRL's group normalisation, but a group whose rewards span less than 1e-4 is skipped (A = 0)."""
+    grouped = rewards.view(-1, group_size)
+    narrow = (grouped.max(dim=1).values - grouped.min(dim=1).values) < 1e-4
+    adv = (grouped - grouped.mean(dim=1, keepdim=True)) / (grouped.std(dim=1, keepdim=True) + 1e-4)
+    return adv.masked_fill(narrow.unsqueeze(1), 0.0).view(-1)
+
+
+# ---------------------------------------------------------------------------------------
+# issue 20 item 3: a guard that divides a rounding residue by a std of the same size
+
+
+def std_guard_no_eps(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """WRONG (non_dyadic_silent_group): population std with a ``std > 0`` guard and no eps; six rewards
+    of 0.3 leave R - mean = 5.6e-17 and std = 5.6e-17, so every member gets A = 1."""
+    grouped = rewards.view(-1, group_size)
+    std = grouped.std(dim=1, unbiased=False, keepdim=True)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    return torch.where(std > 0, centred / torch.where(std > 0, std, 1.0), 0.0).view(-1)
+
+
+# ---------------------------------------------------------------------------------------
+# issue 20 item 4: a filter that tests silence with std != 0
+
+
+def keep_std_nonzero(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """WRONG (dapo_keep_mask): keeps a uid iff np.std of its rewards != 0; [0.1, 0.1, 0.1] has std
+    1.4e-17 in floating point and is kept."""
+    metric: dict = defaultdict(list)
+    for uid, r in zip(index.tolist(), rewards.tolist(), strict=True):
+        metric[uid].append(r)
+    kept = {uid for uid, vals in metric.items() if np.std(vals) != 0}
+    return torch.tensor([uid in kept for uid in index.tolist()])
+
+
+def keep_mean_between(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """WRONG (dapo_keep_mask): keeps a uid iff 0 < mean < 1, i.e. drops only the all-wrong and all-right
+    groups, so a silent group of 0.5s is kept."""
+    acc: dict = defaultdict(list)
+    for uid, r in zip(index.tolist(), rewards.tolist(), strict=True):
+        acc[uid].append(r)
+    kept = {uid for uid, vals in acc.items() if 0 < sum(vals) / len(vals) < 1}
+    return torch.tensor([uid in kept for uid in index.tolist()])
+
+
+CASES: list[Case] = [
+    Case(
+        "dapo_view_filter",
+        trl_group_std,
+        "contiguous",
+        True,
+        f"{_D} (per-group bools over rewards.view(-1, G)) beside {_T}",
+        "trl",
+        keep_mask=dapo_view_filter,
+        note="one bool per contiguous group, kept iff max > min: never to be called with interleaved ids",
+        dtypes=FULL_PRECISION,
+    ),
+    Case(
+        "trl_spread_skip",
+        trl_spread_skip,
+        "contiguous",
+        True,
+        f"{_T} scale_rewards='group', plus a skip of groups whose rewards span < 1e-4",
+        "trl",
+        note="TRL's values; a group with max - min < 1e-4 is treated as silent (a data policy the probes "
+        "find and the declared convention keeps)",
+        dtypes=FULL_PRECISION,
+    ),
+    Case(
+        "std_guard_no_eps",
+        std_guard_no_eps,
+        "contiguous",
+        False,
+        "a 'std > 0' guard instead of an eps (population std)",
+        "paper",
+        breaks=("non_dyadic_silent_group",),
+        cause_words=("rounding residue", "no eps"),
+        note="a silent group of 0.3s gets A = 1 on every member: an O(1) same-direction update",
+        dtypes=FULL_PRECISION,
+    ),
+    Case(
+        "keep_std_nonzero",
+        verl_uid_lists,
+        "index",
+        False,
+        f"{_D} with the spread tested as np.std(vals) != 0",
+        "verl",
+        keep_mask=keep_std_nonzero,
+        breaks=("dapo_keep_mask",),
+        cause_words=("floating-point std",),
+        note="keeps the silent group [0.1, 0.1, 0.1] (np.std 1.4e-17)",
+    ),
+    Case(
+        "keep_mean_between",
+        verl_uid_lists,
+        "index",
+        False,
+        f"{_D} with the metric's mean tested against 0 and 1",
+        "verl",
+        keep_mask=keep_mean_between,
+        breaks=("dapo_keep_mask",),
+        cause_words=("only all-wrong",),
+        note="keeps the silent groups [0.5, 0.5, 0.5] and [0.25, 0.25, 0.25]",
+    ),
+]
