@@ -456,6 +456,109 @@ def test_nan_rows_confined(ctx: Context, batch: Batch, p: Any) -> None:
         )
 
 
+#: A NaN reward (an unscoreable response) in group 0, then in group 1 at another place; the other
+#: groups are live, so a NaN that reaches a batch statistic shows in them.
+_NAN_GROUPED = (
+    Batch.grouped([[1.0, 0.0, np.nan, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0, 2.0], [1.0, 1.0, 0.0, 0.0, 0.5]]),
+    Batch.grouped([[0.5, 0.0, 0.25, 1.0], [1.0, np.nan, 0.0, 1.0], [0.0, 0.0, 1.0, 0.75]]),
+)
+
+
+def _not_token(ctx: Context, p: Any) -> str | None:
+    """Layout token has its own NaN property (nan_rows_confined)."""
+    if ctx.adapter.layout == "token":
+        return "layout 'token': nan_rows_confined checks NaN rewards there"
+    return None
+
+
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: list(_NAN_GROUPED),
+    applies=_not_token,
+    required=lambda ctx: False,  # advisory: what a NaN does is reported (WARN), never a FAIL yet
+)
+def test_nan_rewards(ctx: Context, batch: Batch, p: Any) -> None:
+    """A NaN reward (a response no reward function could score) raises, or is left out of its group:
+    its siblings' advantages equal oracle(R) of the group without it (TRL's nanmean / nanstd) and other
+    groups are untouched. NaN siblings are a WARN (loud: the loss turns NaN; verl and OpenRLHF's
+    torch.mean / torch.std). A NaN replaced by 0 and counted in its group (nan_to_num; TRL's nansum
+    over reward functions gives 0 to a response none of them scored) is a WARN with the measured shift
+    of the siblings' baseline: GRPO over the rewards as the trainer recorded them is computed right, as
+    for a rejected row counted with reward 0 (rejected_rows_ignored). Any other silent change of the
+    siblings, or of another group, is reported too; the property is advisory (every finding a WARN)
+    until the shift real TRL's normalize_then_sum shows on other groups is explained. The oracle raises
+    (check_finite).
+    """
+    row = int(np.argmax(np.isnan(batch.rewards)))
+    try:
+        a = ctx.flat(batch)
+    except PropertyFailure as exc:
+        if exc.finding.what.startswith("raised"):
+            return  # a clear refusal of a NaN reward
+        raise
+    call = ctx.adapter.call_repr(batch)
+    keep = np.arange(batch.n) != row
+    kept = Batch(batch.rewards[keep], batch.index[keep])
+    expected = ctx.expected(kept)
+    tol = ctx.tolerance(kept, expected)
+    got = a[keep]
+    same = kept.index == batch.index[row]
+    found_other = mismatch_message(got[~same], expected[~same], 0.0, tol[~same])
+    if found_other is not None:
+        nan_other = bool(np.isnan(got[~same]).any())
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward in group {batch.index[row]} changed other groups' advantages: "
+                f"{found_other[0]}",
+                call,
+                ctx.reference.name,
+                "the NaN reaches a statistic over the whole batch (a batch mean or std without nan-aware "
+                "reductions): every group turns NaN"
+                if nan_other and np.isnan(got[~same]).all()
+                else None,
+                confirmed=nan_other and bool(np.isnan(got[~same]).all()),
+                verdict="WARN" if nan_other and np.isnan(got[~same]).all() else "FAIL",
+            )
+        )
+    sib = got[same]
+    if np.isnan(sib).all():
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward made its siblings' advantages NaN ({sib.tolist()}), but should raise or leave "
+                f"them at {np.round(expected[same], 4).tolist()} (the group without it)",
+                call,
+                ctx.reference.name,
+                "the NaN enters the group's mean and std (torch.mean / torch.std, as verl and OpenRLHF); "
+                "loud, since the loss turns NaN, but the group is lost: raise on a NaN reward, or leave it "
+                "out (nanmean / nanstd)",
+                confirmed=True,
+                verdict="WARN",
+            )
+        )
+    found = mismatch_message(sib, expected[same], 0.0, tol[same])
+    if found is None:
+        return
+    replaced = batch.rewards.copy()
+    replaced[row] = 0.0
+    zero = ctx.expected(batch.with_rewards(replaced))[keep][same]
+    counted = mismatch_message(sib, zero, 0.0, tol[same]) is None
+    raise PropertyFailure(
+        Finding(
+            f"a NaN reward silently moved its siblings' baseline: {found[0]}",
+            call,
+            ctx.reference.name,
+            "the NaN is replaced by 0 (nan_to_num, or a nansum over reward functions) and counted in its "
+            "group's mean and std: a response no one scored pulls its siblings' baseline (measured: "
+            f"siblings {np.round(sib, 4).tolist()} vs {np.round(expected[same], 4).tolist()} without it); "
+            "leave it out (nanmean / nanstd) or raise"
+            if counted
+            else None,
+            confirmed=counted,
+            verdict="WARN" if counted else "FAIL",
+        )
+    )
+
+
 #: Shaped rewards (accuracy + a bonus in [0, 0.5)): group 7 is all correct but its rewards
 #: differ, group 3 all wrong but differing, group 5 mixed; ids whose sorted and first-seen
 #: orders differ.

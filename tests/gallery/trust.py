@@ -171,3 +171,53 @@ CASES: list[Case] = [
         note="keeps the silent groups [0.5, 0.5, 0.5] and [0.25, 0.25, 0.25]",
     ),
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# issue 26 item 4: NaN rewards
+
+
+def trl_nan_aware(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """TRL's group statistics with nanmean / a nan-aware Bessel std: a NaN reward is left out of its
+    group (its own advantage stays NaN)."""
+    grouped = rewards.view(-1, group_size)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    count = (~torch.isnan(grouped)).sum(dim=1, keepdim=True)
+    var = torch.nanmean((grouped - mean) ** 2, dim=1, keepdim=True) * count / (count - 1).clamp(min=1)
+    std = torch.where(count > 1, var.sqrt(), torch.zeros_like(var))
+    return ((grouped - mean) / (std + 1e-4)).view(-1)
+
+
+def nan_to_num_rewards(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """HYGIENE (nan_rewards, a WARN): an unscored response's NaN becomes 0 and is counted in its group."""
+    grouped = torch.nan_to_num(rewards, nan=0.0).view(-1, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
+    return ((grouped - mean) / (std + 1e-4)).view(-1)
+
+
+CASES += [
+    Case(
+        "trl_nan_aware",
+        trl_nan_aware,
+        "contiguous",
+        True,
+        f"{_T} scale_rewards='group' (nanmean, nanstd + 1e-4)",
+        "trl",
+        note="a NaN reward is left out of its group's mean and std",
+        dtypes=FULL_PRECISION,
+    ),
+    Case(
+        "nan_to_num_rewards",
+        nan_to_num_rewards,
+        "contiguous",
+        False,
+        "rewards.nan_to_num(0) before TRL-style group statistics",
+        "trl",
+        breaks=("nan_rewards",),
+        cause_words=("nan_to_num",),
+        verdict="WARN",
+        note="an unscored response counts as reward 0 in its group's mean and std",
+        dtypes=FULL_PRECISION,
+    ),
+]
