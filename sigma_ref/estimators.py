@@ -33,6 +33,7 @@ name               advantage of response ``i`` in a group of ``G``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -150,18 +151,28 @@ def group_then_batch_advantage(
     """Two-stage normalisation: ``a = grpo_advantage(R, convention)`` per group, then
     ``A = (a - mean_batch a) / (std_batch_ddof a + batch_eps)`` over the whole batch.
 
-    ``mean_batch a = 0`` exactly in exact arithmetic (every group's ``a`` sums to 0; proofs/14), so
-    ``A = a / (std_batch a + batch_eps)``: a batch-wide rescaling of GRPO, one constant for every
-    group. A batch of silent groups gets 0.
+    ``mean_batch a = 0`` exactly (every group's ``a`` sums to 0; proofs/14), so
+    ``A = a / (sqrt(sum a^2 / (N - batch_ddof)) + batch_eps)``: a batch-wide rescaling of GRPO, one
+    constant for every group (computed so, a silent group keeps exactly 0). A batch of silent groups
+    gets 0. With population stds in both stages a live group has ``sum a^2 = G``: without silent
+    groups the second stage is the identity, and each silent group scales the rest by ``sqrt(N / live)``.
 
     >>> import numpy as np
     >>> group_then_batch_advantage(np.array([[1.0, 0.0], [1.0, 1.0]])).round(4).tolist()
     [[1.4142, -1.4142], [0.0, 0.0]]
     """
     a = _numpy(grpo_advantage(_numpy(rewards), convention=get_convention(convention), index=index))
-    batch = Convention("batch", ddof=batch_ddof, eps=batch_eps, singleton="zero")
-    out = grpo_advantage(a.reshape(-1), convention=batch, index=np.zeros(a.size, dtype=np.int64))
-    return _numpy(out).reshape(a.shape)
+    return _batch_normalised(a, batch_ddof, batch_eps)
+
+
+def _batch_normalised(a: Floats, ddof: int, eps: float) -> Floats:
+    """``a / (sqrt(sum a^2 / (N - ddof)) + eps)``: the batch normalisation of advantages whose batch
+    mean is 0 exactly (proofs/14), so their rounding residue is never re-centred into silent groups."""
+    Convention("batch", ddof=ddof, eps=eps)  # validates ddof and eps, naming them
+    if a.size - ddof < 1:
+        raise ValueError(f"batch_ddof={ddof} needs more than {ddof} advantages in the batch; got {a.size}")
+    std = math.sqrt(math.fsum((a * a).reshape(-1).tolist()) / (a.size - ddof))
+    return a / (std + eps) if std + eps > 0 else np.zeros_like(a)
 
 
 def gdpo_advantage(
@@ -190,9 +201,7 @@ def gdpo_advantage(
         )
     conv = get_convention(convention)
     total = sum(_numpy(grpo_advantage(r[:, k], convention=conv, index=index)) for k in range(r.shape[1]))
-    batch = Convention("batch", ddof=batch_ddof, eps=batch_eps, singleton="zero")
-    out = grpo_advantage(np.asarray(total), convention=batch, index=np.zeros(r.shape[0], dtype=np.int64))
-    return _numpy(out).reshape(-1, 1)
+    return _batch_normalised(np.asarray(total, dtype=np.float64), batch_ddof, batch_eps).reshape(-1, 1)
 
 
 def maxrl_advantage(rewards: Any, *, index: Any = None) -> Floats:

@@ -66,7 +66,7 @@ def _cause_owner(words: tuple[str, ...]) -> list[str]:
     owners = []
     for case in CASES:
         ctx = build_context(case_adapter(case, declare=True))
-        names = ("dapo_keep_mask", "keep_mask_rule", "non_dyadic_silent_group", "nan_rewards")
+        names = tuple(sorted({n for c in WRONG for n in c.breaks}))
         for o in run_suite(ctx, max_examples=10, shrink=False, seed=0, names=names):
             if o.finding is not None and o.finding.cause and all(w in o.finding.cause for w in words):
                 owners.append(case.name)
@@ -126,3 +126,23 @@ def test_non_dyadic_line_is_the_update_size() -> None:
         ctx = build_context(Adapter(scaled(a), "contiguous", name=f"bump_{a:g}", convention="paper"))
         verdicts.append(evaluate("non_dyadic_silent_group", ctx, seed=0).verdict)
     assert verdicts == ["pass", "WARN", "FAIL"]
+
+
+def test_no_other_wrong_code_is_told_it_is_a_named_estimator() -> None:
+    """Issue 20 item 8: the estimator causes belong to the estimator entries only: no wrong entry of
+    the trainer gallery and no hand-written one gets "named estimator" on any FAIL."""
+    from tests.gallery import trainers_wrong, wrong, wrong_context
+
+    told = []
+    for case in trainers_wrong.CASES:
+        ctx = build_context(case_adapter(case, declare=True))
+        for o in run_suite(ctx, max_examples=2, shrink=False, seed=0, names=("advantage_values",)):
+            if o.finding is not None and "named estimator" in (o.finding.cause or ""):
+                told.append(case.name)
+    for hand in wrong.WRONG:
+        for o in run_suite(
+            wrong_context(hand), max_examples=2, shrink=False, seed=0, names=("advantage_values",)
+        ):
+            if o.finding is not None and "named estimator" in (o.finding.cause or ""):
+                told.append(hand.name)
+    assert not told, told

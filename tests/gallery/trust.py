@@ -221,3 +221,72 @@ CASES += [
         dtypes=FULL_PRECISION,
     ),
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# issue 20 item 8: estimators trainers ship outside one divisor per group (sigma_ref.estimators)
+
+
+def areal_leave1out_group_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """AReaL-style NormConfig(mean_leave1out=True, std_level='group', std_unbiased=True, eps=1e-5):
+    the mean of the other responses as baseline, the group's Bessel std as scale."""
+    grouped = rewards.view(-1, group_size)
+    loo_mean = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+    return ((grouped - loo_mean) / (grouped.std(dim=1, keepdim=True) + 1e-5)).view(-1)
+
+
+def leave_one_out_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Leave-one-out baseline and leave-one-out Bessel std, by masking each response out in turn."""
+    grouped = rewards.view(-1, group_size)
+    out = torch.empty_like(grouped)
+    for i in range(group_size):  # a loop over positions, as the masked code writes it
+        others = torch.cat([grouped[:, :i], grouped[:, i + 1 :]], dim=1)
+        out[:, i] = (grouped[:, i] - others.mean(dim=1)) / (others.std(dim=1) + 1e-6)
+    silent = grouped.max(dim=1, keepdim=True).values == grouped.min(dim=1, keepdim=True).values
+    return out.masked_fill(silent, 0.0).view(-1)
+
+
+def normalize_then_renormalize(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Group normalisation (population std), then the whole batch normalised again (GDPO, one reward)."""
+    grouped = rewards.view(-1, group_size)
+    std = grouped.std(dim=1, unbiased=False, keepdim=True)
+    silent = grouped.max(dim=1, keepdim=True).values == grouped.min(dim=1, keepdim=True).values
+    a = torch.where(
+        silent, 0.0, (grouped - grouped.mean(dim=1, keepdim=True)) / torch.where(silent, 1.0, std)
+    )
+    return (a / a.pow(2).mean().sqrt().clamp(min=1e-12)).view(-1)
+
+
+def maxrl_mean_scaled(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """MaxRL: the centred reward over the group's mean reward (pass rate); 0 where nothing passed."""
+    grouped = rewards.view(-1, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    return torch.where(mean > 0, (grouped - mean) / mean.clamp(min=1e-12), 0.0).view(-1)
+
+
+def _estimator_case(name: str, fn, words: str, note: str) -> Case:  # type: ignore[no-untyped-def]
+    return Case(
+        name,
+        fn,
+        "contiguous",
+        False,
+        "a named estimator (sigma_ref.estimators) run as if it claimed GRPO",
+        "paper",
+        breaks=("advantage_values",),
+        cause_words=(f"named estimator {words!r}",),
+        note=note,
+        dtypes=FULL_PRECISION,
+    )
+
+
+CASES += [
+    _estimator_case("areal_leave1out_group_std", areal_leave1out_group_std, "rloo_std", "RLOO over the std"),
+    _estimator_case("leave_one_out_std", leave_one_out_std, "loo_std", "leave-one-out baseline and std"),
+    _estimator_case(
+        "normalize_then_renormalize",
+        normalize_then_renormalize,
+        "group_then_batch",
+        "two-stage normalisation",
+    ),
+    _estimator_case("maxrl_mean_scaled", maxrl_mean_scaled, "maxrl", "(R - mean) / mean"),
+]
