@@ -40,6 +40,7 @@ from sigma_ref.conformance.inputs import (
     token_repr,
 )
 from sigma_ref.conformance.reference import as_numpy
+from sigma_ref.filters import filter_keep_mask
 
 
 @conformance_property(
@@ -219,7 +220,7 @@ def test_dapo_keep_mask(ctx: Context, batch: Batch, p: Any) -> None:
     signal = batch.rewards
     if ctx.adapter.keep_mask is not None and _keep_metric(ctx)[0] == "accuracy":
         signal = _accuracy(batch.rewards)
-    want = as_numpy(dapo_keep_mask(signal, index=batch.index)).astype(bool)
+    want = _declared_keep(ctx, signal, batch)
     if ctx.adapter.keep_mask is not None:
         got = guarded(ctx.adapter.keep, batch, what=lambda: f"keep_mask on {batch!r}").numpy().astype(bool)
         what = "keep_mask"
@@ -234,7 +235,9 @@ def test_dapo_keep_mask(ctx: Context, batch: Batch, p: Any) -> None:
             f"{what}[{i}]={bool(got[i]) if got.shape == want.shape else got.shape}, but should be "
             f"{bool(want[i])} (keep iff 0 < k < G)",
             batch,
-            cause=_keep_rule_cause(ctx) if what == "keep_mask" else None,
+            cause=(_keep_rule_cause(ctx) or _extra_rule_cause(ctx, _keep_metric(ctx)[0]))
+            if what == "keep_mask"
+            else None,
         )
 
 
@@ -242,6 +245,68 @@ def test_dapo_keep_mask(ctx: Context, batch: Batch, p: Any) -> None:
 #: (std 1.4e-17 in floating point), a silent group of a dyadic reward other than 0 and 1, and a live
 #: binary group.
 _RULE_PROBE = Batch.grouped([[0.1, 0.1, 0.1], [0.5, 0.5, 0.5], [1.0, 0.0, 1.0]])
+
+
+def _declared_keep(ctx: Context, signal: np.ndarray, batch: Batch) -> np.ndarray:
+    """The keep mask the filter should give: ``0 < k < G`` on ``signal``, with the declared band on
+    the group's mean and std threshold (:func:`sigma_ref.filters.filter_keep_mask`)."""
+    return filter_keep_mask(
+        signal, index=batch.index, band=ctx.adapter.keep_band, min_std=ctx.adapter.keep_min_std
+    )
+
+
+def _declared_rules(ctx: Context) -> str:
+    rules = []
+    if ctx.adapter.keep_band is not None:
+        rules.append(f"{ctx.adapter.keep_band[0]:g} < mean < {ctx.adapter.keep_band[1]:g}")
+    if ctx.adapter.keep_min_std is not None:
+        rules.append(f"std > {ctx.adapter.keep_min_std:g}")
+    return "".join(f" and {r}" for r in rules) + (" [declared]" if rules else "")
+
+
+#: Band probe: binary groups of 8 with k = 1..7 correct (means 1/8..7/8); 0 < k < G keeps all.
+_BAND_PROBE = Batch.grouped([[1.0] * k + [0.0] * (8 - k) for k in range(1, 8)])
+#: Std probe: wrong-only groups (every reward < 0.5) of spread delta = 1e-3 .. 0.3 in one response;
+#: the reward's 0 < k < G keeps all, a std threshold drops the narrow ones.
+_SPREADS = (1e-3, 1e-2, 3e-2, 0.1, 0.3)
+_STD_PROBE = Batch.grouped([[0.1, 0.1, 0.1, 0.1 + d] for d in _SPREADS])
+
+
+def _per_group(ctx: Context, batch: Batch, G: int) -> list[bool] | None:
+    try:
+        return ctx.adapter.keep(batch).numpy().astype(bool).reshape(-1, G)[:, 0].tolist()
+    except Exception:
+        return None
+
+
+def _extra_rule_cause(ctx: Context, metric: str) -> str | None:
+    """A rule beyond ``0 < k < G`` the filter applies, measured on the band and std probes."""
+    if ctx.adapter.keep_band is None:
+        kept = _per_group(ctx, _BAND_PROBE, 8)
+        if kept is not None and any(kept) and not all(kept):
+            ks = [k for k, keep in zip(range(1, 8), kept, strict=True) if keep]
+            if ks == list(range(ks[0], ks[-1] + 1)):
+                return (
+                    f"the filter also drops groups whose mean {metric} is outside a band: of binary groups "
+                    f"of 8 with k = 1..7 correct it keeps k = {ks[0]}..{ks[-1]} only (lo < mean < hi, "
+                    f"lo in [{(ks[0] - 1) / 8:g}, {ks[0] / 8:g}), hi in ({ks[-1] / 8:g}, "
+                    f"{(ks[-1] + 1) / 8:g}]), beyond 0 < k < G; declare it (Adapter keep_band=(lo, hi)) "
+                    "if the trainer's config sets one"
+                )
+    if ctx.adapter.keep_min_std is None:  # an accuracy filter drops every wrong-only probe group
+        kept = _per_group(ctx, _STD_PROBE, 4)
+        if kept is not None and any(kept) and not all(kept) and kept == sorted(kept):
+            first = kept.index(True)
+            stds = [float(np.std([0.1, 0.1, 0.1, 0.1 + d])) for d in _SPREADS]
+            lo = f"{stds[first - 1]:.3g}" if first > 0 else "0"
+            return (
+                f"the filter also drops groups whose reward std is below a threshold between {lo} and "
+                f"{stds[first]:.3g} (of groups whose one reward differs by "
+                f"{', '.join(map(str, _SPREADS))} it keeps those from {_SPREADS[first]} up): a std threshold "
+                "beyond 0 < k < G; declare it "
+                "(Adapter keep_min_std=...) if the trainer's config sets one"
+            )
+    return None
 
 
 def _keep_rule_cause(ctx: Context) -> str | None:
@@ -610,7 +675,7 @@ def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
     """
     metric, how = _keep_metric(ctx)
     signal = _accuracy(batch.rewards) if metric == "accuracy" else batch.rewards
-    want = as_numpy(dapo_keep_mask(signal, index=batch.index)).astype(bool)
+    want = _declared_keep(ctx, signal, batch)
     got = guarded(ctx.adapter.keep, batch, what=f"keep_mask on {batch!r}").numpy().astype(bool)
     call = f"{ctx.adapter.name}(rewards={batch.rewards.round(4).tolist()}, index={batch.index.tolist()})"
     if got.shape != want.shape:
@@ -621,19 +686,23 @@ def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
         return
     i = int(np.argmax(got != want))
     other = _accuracy(batch.rewards) if metric == "reward" else batch.rewards
-    swapped = as_numpy(dapo_keep_mask(other, index=batch.index)).astype(bool)
+    swapped = _declared_keep(ctx, other, batch)
     cause = None
     if how == "declared" and np.array_equal(got, swapped):
         cause = (
-            "the filter drops on the spread of the rewards, not of the accuracy: shaped rewards that differ "
-            "while every response is right (or every one wrong) are kept; count k on the accuracy"
+            "the filter applies its rules to the shaped reward, not the accuracy: shaped rewards that differ "
+            "while every response is right (or every one wrong) are kept"
+            + (" and the band sees the reward's mean" if ctx.adapter.keep_band is not None else "")
+            + "; count k on the accuracy"
             if metric == "accuracy"
             else "the filter counts k on an accuracy (R > 0.5), but declares keep_metric='reward'"
         )
+    if cause is None:
+        cause = _extra_rule_cause(ctx, metric)
     raise PropertyFailure(
         Finding(
             f"keep[{i}]={bool(got[i])} (group {batch.index[i]}), but should be {bool(want[i])}: keep iff "
-            f"0 < k < G on the {metric} [{how}]",
+            f"0 < k < G on the {metric} [{how}]{_declared_rules(ctx)}",
             call,
             cause=cause,
             confirmed=cause is not None,

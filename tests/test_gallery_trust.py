@@ -146,3 +146,65 @@ def test_no_other_wrong_code_is_told_it_is_a_named_estimator() -> None:
             if o.finding is not None and "named estimator" in (o.finding.cause or ""):
                 told.append(hand.name)
     assert not told, told
+
+
+# --- issue 26 item 5: filters beyond 0 < k < G ------------------------------------------
+
+
+def _filter_outcomes(name: str, *, declare: bool, seed: int, max_examples: int) -> list:
+    from sigma_ref.conformance import Adapter
+    from tests.gallery.trust import FILTERS
+
+    _, fn, decl, _, _ = next(f for f in FILTERS if f[0] == name)
+    ctx = build_context(Adapter(fn, "keep-mask", name=name, **(decl if declare else {})))  # type: ignore[arg-type]
+    return run_suite(ctx, max_examples=max_examples, shrink=False, seed=seed)
+
+
+def _filters(correct: bool) -> list[str]:
+    from tests.gallery.trust import FILTERS
+
+    return [f[0] for f in FILTERS if f[3] is correct]
+
+
+@pytest.mark.parametrize("name", _filters(True))
+def test_correct_filter_passes_declared_on_two_seeds_and_both_profiles(name: str) -> None:
+    """A band on the accuracy's mean and a std threshold on the reward pass with the trainer's
+    declarations; with nothing declared, their extra rule is named (a FAIL of keep_mask_rule)."""
+    from tests.gallery.trust import FILTERS
+
+    words = next(f[4] for f in FILTERS if f[0] == name)
+    for seed in SEEDS:
+        for profile in ("sigma-ref-ci", "sigma-ref-dev"):
+            n = PROFILES[profile]["max_examples"]
+            outcomes = _filter_outcomes(name, declare=True, seed=seed, max_examples=n)
+            assert not [o for o in outcomes if o.verdict == "FAIL"], [o.message[:300] for o in outcomes]
+        bare = {o.name: o for o in _filter_outcomes(name, declare=False, seed=seed, max_examples=25)}
+        rule = bare["keep_mask_rule"]
+        assert rule.verdict == "FAIL" and rule.finding is not None and rule.finding.confirmed, rule.message
+        assert words in (rule.finding.cause or ""), rule.message
+
+
+@pytest.mark.parametrize("name", _filters(False))
+def test_wrong_filter_fails_declared_with_its_cause(name: str) -> None:
+    from tests.gallery.trust import FILTERS
+
+    words = next(f[4] for f in FILTERS if f[0] == name)
+    for seed in SEEDS:
+        by = {o.name: o for o in _filter_outcomes(name, declare=True, seed=seed, max_examples=25)}
+        rule = by["keep_mask_rule"]
+        assert rule.verdict == "FAIL" and rule.finding is not None and rule.finding.confirmed, rule.message
+        assert words in (rule.finding.cause or ""), rule.message
+
+
+def test_filter_rules_are_the_oracles_and_errors_name_the_fix() -> None:
+    from sigma_ref.conformance import Adapter
+    from sigma_ref.filters import filter_keep_mask
+
+    acc = np.array([[1.0] * k + [0.0] * (8 - k) for k in range(9)])
+    assert filter_keep_mask(acc, band=(0.2, 0.8))[:, 0].tolist() == [k in (2, 3, 4, 5, 6) for k in range(9)]
+    spread = np.array([[0.1, 0.1, 0.1, 0.1 + d] for d in (0.0, 0.01, 0.3)])
+    assert filter_keep_mask(spread, min_std=0.05)[:, 0].tolist() == [False, False, True]
+    with pytest.raises(ValueError, match="keep_band"):
+        Adapter(lambda r, i: r, "keep-mask", keep_band=(0.8, 0.2))
+    with pytest.raises(ValueError, match="keep_min_std"):
+        Adapter(lambda r, i: r, "keep-mask", keep_min_std=-1.0)

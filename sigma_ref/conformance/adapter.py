@@ -217,8 +217,10 @@ class Adapter:
     (module doc). ``returns``: layout token, what the returns equal (``"advantages"``, verl's
     outcome estimators), or ``None`` (not checked). ``keep_metric``: what a keep-mask filter
     counts k on, ``"accuracy"`` (``R > 0.5``) or ``"reward"``, or ``None`` to detect it;
-    ``keep_order``: how a per-group keep mask is ordered, or ``None`` to detect it. ``name``: how
-    reports name it.
+    ``keep_order``: how a per-group keep mask is ordered, or ``None`` to detect it. ``keep_band``
+    (``(lo, hi)``: keep only groups whose mean metric is inside) and ``keep_min_std`` (keep only
+    groups whose metric's std exceeds it): a filter's rules beyond ``0 < k < G``
+    (:func:`sigma_ref.filters.filter_keep_mask`), or ``None``. ``name``: how reports name it.
 
     >>> import torch
     >>> def adv(rewards, group_size):
@@ -249,6 +251,8 @@ class Adapter:
     returns: str | None = None
     keep_metric: str | None = None
     keep_order: str | None = None
+    keep_band: tuple[float, float] | None = None
+    keep_min_std: float | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.advantages):
@@ -289,6 +293,12 @@ class Adapter:
             raise ValueError(
                 f"Adapter keep_metric={self.keep_metric!r} must be 'accuracy', 'reward' or None (detect it)"
             )
+        from ..filters import check_band, check_min_std
+
+        object.__setattr__(self, "keep_band", check_band(self.keep_band, name="Adapter keep_band"))
+        object.__setattr__(
+            self, "keep_min_std", check_min_std(self.keep_min_std, name="Adapter keep_min_std")
+        )
         if self.keep_order not in (None, "response", "first-seen", "sorted"):
             raise ValueError(
                 f"Adapter keep_order={self.keep_order!r} must be 'response', 'first-seen', 'sorted' or None"

@@ -290,3 +290,55 @@ CASES += [
     ),
     _estimator_case("maxrl_mean_scaled", maxrl_mean_scaled, "maxrl", "(R - mean) / mean"),
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# issue 26 item 5: filters beyond 0 < k < G (layout keep-mask; their declarations are Adapter fields)
+
+
+def _uid_lists(rewards: torch.Tensor, index: np.ndarray) -> dict:
+    vals: dict = defaultdict(list)
+    for uid, r in zip(index.tolist(), rewards.tolist(), strict=True):
+        vals[uid].append(r)
+    return vals
+
+
+def keep_acc_band(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """Online filtering on the accuracy's mean: keep a uid iff 0.2 < mean(acc) < 0.8 (acc = R > 0.5)."""
+    acc = {uid: [float(r > 0.5) for r in v] for uid, v in _uid_lists(rewards, index).items()}
+    kept = {uid for uid, a in acc.items() if 0.2 < sum(a) / len(a) < 0.8}
+    return torch.tensor([uid in kept for uid in index.tolist()])
+
+
+def keep_band_on_reward(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """WRONG when declared on the accuracy: the band is applied to the shaped reward's mean."""
+    vals = _uid_lists(rewards, index)
+    kept = {uid for uid, v in vals.items() if 0.2 < sum(v) / len(v) < 0.8 and max(v) > min(v)}
+    return torch.tensor([uid in kept for uid in index.tolist()])
+
+
+def keep_reward_std(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """DAPO's filter on the reward with a std threshold: keep a uid iff np.std(rewards) > 0.05."""
+    kept = {uid for uid, v in _uid_lists(rewards, index).items() if np.std(v) > 0.05}
+    return torch.tensor([uid in kept for uid in index.tolist()])
+
+
+#: ``(name, filter, declarations, correct, cause words)``: a correct filter passes with its
+#: declarations (and FAILs without them, its extra rule named); a wrong one FAILs declared.
+FILTERS: list[tuple[str, object, dict, bool, str]] = [
+    ("keep_acc_band", keep_acc_band, {"keep_metric": "accuracy", "keep_band": (0.2, 0.8)}, True, "band"),
+    (
+        "keep_reward_std",
+        keep_reward_std,
+        {"keep_metric": "reward", "keep_min_std": 0.05},
+        True,
+        "std threshold",
+    ),
+    (
+        "keep_band_on_reward",
+        keep_band_on_reward,
+        {"keep_metric": "accuracy", "keep_band": (0.2, 0.8)},
+        False,
+        "shaped reward, not the accuracy",
+    ),
+]
