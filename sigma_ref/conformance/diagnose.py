@@ -357,6 +357,16 @@ def _hypotheses(
                 lambda: expected[order_sorted],
             )
         )
+        twice = order_sorted[order_sorted]
+        if not np.array_equal(twice, order_sorted) and not np.array_equal(twice, np.arange(index.size)):
+            hypotheses.append(
+                (
+                    "sort_order_as_inverse",
+                    "results are scattered back with the sort order instead of its inverse: out = "
+                    "sorted_values[order] (the permutation applied twice), not out[order] = sorted_values",
+                    lambda: expected[order_sorted][order_sorted],
+                )
+            )
     _, first = np.unique(index, return_index=True)
     order = np.argsort(first, kind="stable")
     runs = np.repeat(np.arange(len(counts)), counts[order])

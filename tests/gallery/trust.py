@@ -342,3 +342,74 @@ FILTERS: list[tuple[str, object, dict, bool, str]] = [
         "shaped reward, not the accuracy",
     ),
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# issue 20 item 7: a size check that falls back to one group
+
+
+def one_group_fallback(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """WRONG (partial_trailing_group): when N is not a multiple of G, the whole batch is normalised as
+    one group (TRL-style statistics)."""
+    if rewards.numel() % group_size:
+        return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
+    grouped = rewards.view(-1, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
+    return ((grouped - mean) / (std + 1e-4)).view(-1)
+
+
+CASES += [
+    Case(
+        "one_group_fallback",
+        one_group_fallback,
+        "contiguous",
+        False,
+        "a size check that normalises the whole batch as one group when N % G != 0",
+        "trl",
+        breaks=("partial_trailing_group",),
+        cause_words=("whole batch as one", "group"),
+        note="N % G != 0: every response is judged against the batch's mean and std",
+        dtypes=FULL_PRECISION,
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------
+# issue 20 item 9: the sort order used where its inverse belongs
+
+
+def sort_order_as_inverse(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """WRONG (advantage_values): sorts by uid to make groups contiguous, normalises (verl's values),
+    then indexes the sorted result with the sort order again instead of scattering it back."""
+    order = torch.from_numpy(np.argsort(index, kind="stable"))
+    r = rewards[order]
+    ids = index[order.numpy()]
+    out = torch.empty_like(r)
+    start = 0
+    while start < len(ids):
+        stop = start
+        while stop < len(ids) and ids[stop] == ids[start]:
+            stop += 1
+        chunk = r[start:stop]
+        if stop - start == 1:
+            out[start:stop] = chunk / (1.0 + 1e-6)
+        else:
+            out[start:stop] = (chunk - chunk.mean()) / (chunk.std() + 1e-6)
+        start = stop
+    return out[order]  # should be: result = empty; result[order] = out
+
+
+CASES += [
+    Case(
+        "sort_order_as_inverse",
+        sort_order_as_inverse,
+        "index",
+        False,
+        "argsort by uid, a contiguous kernel, then out[order] where the inverse permutation belongs",
+        "verl",
+        breaks=("advantage_values",),
+        cause_words=("instead of its inverse",),
+        note="right values per group, permuted twice",
+    ),
+]
