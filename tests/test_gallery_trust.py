@@ -208,3 +208,19 @@ def test_filter_rules_are_the_oracles_and_errors_name_the_fix() -> None:
         Adapter(lambda r, i: r, "keep-mask", keep_band=(0.8, 0.2))
     with pytest.raises(ValueError, match="keep_min_std"):
         Adapter(lambda r, i: r, "keep-mask", keep_min_std=-1.0)
+
+
+def test_fail_messages_carry_no_hypothesis_boilerplate() -> None:
+    """Issue 20 item 11: the falsifying example stays; reproduce_failure lines and the Explanation
+    (with sigma_ref's own source lines) go."""
+    from sigma_ref.conformance.core import _user_notes
+
+    notes = [
+        "Falsifying example: test_x(example=Batch(...))",
+        "Failing test case: ...\n@reproduce_failure('6.0', b'AAAA')",
+        "Explanation:\n    These lines were always and only run by failing examples:\n"
+        "        /site-packages/sigma_ref/conformance/guard.py:120",
+        "You can reproduce this example by temporarily adding @reproduce_failure(...)",
+        "",
+    ]
+    assert _user_notes(notes) == ["Falsifying example: test_x(example=Batch(...))"]
