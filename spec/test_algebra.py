@@ -313,11 +313,37 @@ def test_partial_trailing_group(ctx: Context, ex: tuple[np.ndarray, int], p: Any
                 f"treated as its own group: {found[0]}",
                 call,
                 ctx.reference.name,
-                cause="the code accepts N not divisible by G and computes the last group from missing "
-                "or padded entries; raise (e.g. rewards.view(-1, G)) or group the remainder on its own",
-                confirmed=True,
+                *_partial_cause(ctx, a, rewards, G),
             )
         )
+
+
+def _partial_cause(ctx: Context, a: np.ndarray, rewards: np.ndarray, G: int) -> tuple[str | None, bool]:
+    """What the code did with the trailing partial group, from the values it returned: the whole
+    batch normalised as one group (a size check that falls back to one group), or the full groups
+    right and only the tail off (the tail computed from missing or padded entries); else nothing."""
+    n = rewards.shape[0]
+    whole = Batch(rewards, np.zeros(n, dtype=np.int64))
+    one = ctx.expected(whole)
+    if mismatch_message(a, one, 0.0, ctx.tolerance(whole, one)) is None:
+        return (
+            f"N = {n} is not a multiple of G = {G}, and the code then normalises the whole batch as one "
+            "group (its values equal the oracle's over all N rewards at once); raise, or group the "
+            "remainder on its own",
+            True,
+        )
+    full = n - n % G
+    head = Batch(rewards[:full], np.arange(full) // G)
+    exp_head = ctx.expected(head)
+    if full and mismatch_message(a[:full], exp_head, 0.0, ctx.tolerance(head, exp_head)) is None:
+        return (
+            f"the {full // G} full groups are right and only the last {n % G} responses are off: the "
+            "trailing group is computed from missing or padded entries, or with the nominal group size "
+            f"G = {G} in place of its own {n % G}; raise (e.g. rewards.view(-1, G)) or group the remainder "
+            "on its own",
+            True,
+        )
+    return None, False
 
 
 def _short_lengths(n: int) -> torch.Tensor:

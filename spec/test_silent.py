@@ -40,6 +40,7 @@ from sigma_ref.conformance.inputs import (
     token_repr,
 )
 from sigma_ref.conformance.reference import as_numpy
+from sigma_ref.filters import filter_keep_mask
 
 
 @conformance_property(
@@ -62,46 +63,89 @@ def test_silent_group_zero(ctx: Context, batch: Batch, p: Any) -> None:
         )
 
 
-#: Largest |A| a silent group of non-dyadic rewards may get: live advantages are at least
+#: Largest |A| a silent group of non-dyadic rewards may get and pass: live advantages are at least
 #: 1/sqrt(G-1) in size, so 1e-2 leaves a factor > 10 below any update the group could give,
 #: while a float32 mean that is one ulp off divided by std + eps (eps >= 1e-6) stays far below it.
 _SILENT_NOISE = 1e-2
 
+#: The line between hygiene and a wrong algorithm (docs/spec.md §7, level 3): a silent group whose
+#: members all get the same |A| = a moves the policy by a (1/G) sum_i s_i, a same-direction update. A
+#: live group's advantages under std normalisation have root mean square 1 (ddof 0; sqrt((G-1)/G) >= 0.7
+#: for ddof 1), so |A| > 0.1 is more than a tenth of a live group's update: a real update from a group
+#: that should give none, a FAIL. Between 1e-2 and 0.1 the advantage is a residue-level one (a rounding
+#: residue ~u |R| over std + eps): a WARN.
+_SILENT_UPDATE = 0.1
+
+
+def _non_dyadic_examples(ctx: Context, p: Any) -> list[Batch]:
+    """Several silent groups in one batch, and single silent groups: torch's vectorised mean over
+    rows of one batch and its mean of one row round differently, so each shape catches other code."""
+    out = [
+        Batch.grouped([[0.1] * 6, [0.3] * 6, [0.7] * 6, [1 / 3] * 6, [0.9, 0.2, 0.4, 0.1, 0.6, 0.3]]),
+        Batch.grouped([[0.1] * 3, [0.7] * 3, [0.2, 0.9, 0.4]]),
+    ]
+    out += [Batch.grouped([[v] * g]) for g in (3, 6, 7) for v in (0.1, 0.2, 0.7)]
+    return out
+
 
 @conformance_property(
     level="silent",
-    examples=lambda ctx, p: [
-        Batch.grouped([[0.1] * 6, [0.3] * 6, [0.7] * 6, [1 / 3] * 6, [0.9, 0.2, 0.4, 0.1, 0.6, 0.3]]),
-        Batch.grouped([[0.1] * 3, [0.7] * 3, [0.2, 0.9, 0.4]]),
-    ],
+    examples=_non_dyadic_examples,
     required=lambda ctx: ctx.precision == "float64",
 )
 def test_non_dyadic_silent_group(ctx: Context, batch: Batch, p: Any) -> None:
-    """A silent group of rewards that are not exact binary fractions (0.1, 0.3, 1/3, 0.7) still gets |A|
-    <= 1e-2, never an O(1) advantage from a rounding residue divided by a tiny std (a WARN for code
-    computing in float32, where an eps below the rewards' rounding cannot guard it).
+    """A silent group of rewards that are not exact binary fractions (0.1, 0.3, 1/3, 0.7) gets |A| <=
+    1e-2. Its mean is not exactly the reward, so R - mean is a rounding residue; divided by a std of the
+    same size (no eps, or an eps far below the residue) every member gets the same O(1) advantage, a
+    same-direction update from a group that should give none: |A| > 0.1 (a tenth of a live group's
+    update, whose advantages have root mean square ~1) is a FAIL, 1e-2 < |A| <= 0.1 a residue-level WARN.
+    Code whose statistics are in float32 (detected) gets a WARN at any size: float32's own rounding of
+    the mean (~1e-8 of |R|) over an eps below it (the seed post's 1e-8) is that precision's behaviour.
     """
     a = ctx.flat(batch)
     keep = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
     bad = ~keep & (np.abs(a) > _SILENT_NOISE)
-    if bad.any():
-        i = int(np.argmax(bad))
-        # the targeted probe: the same batch with the silent groups' rewards made dyadic (exact means)
-        dyadic = np.where(keep, batch.rewards, np.round(batch.rewards * 4) / 4)
-        b = ctx.flat(batch.with_rewards(dyadic))
-        confirmed = bool(np.all(np.abs(b[~keep]) <= _SILENT_NOISE))
-        ctx.fail(
-            f"out[{i}]={a[i]:.6g} in a silent group (all rewards {batch.rewards[i]:.17g}), but should be 0 "
-            f"(|A| <= {_SILENT_NOISE:g})",
-            batch,
-            a if not confirmed else None,
-            cause="the group's mean of equal non-dyadic rewards is not exactly the reward, so R - mean is "
-            "a rounding residue ~1e-17 and a 'std > 0' guard divides it by a std of the same size "
-            "(the same groups with dyadic rewards give 0); test silence with max == min (or torch.std, "
-            "which is exact here), or add an eps"
-            if confirmed
-            else None,
+    if not bad.any():
+        return
+    i = int(np.argmax(np.where(bad, np.abs(a), -1.0)))
+    big = bool(np.abs(a[i]) > _SILENT_UPDATE)
+    # the targeted probe: the same batch with the silent groups' rewards made dyadic (exact means)
+    dyadic = np.where(keep, batch.rewards, np.round(batch.rewards * 4) / 4)
+    b = ctx.flat(batch.with_rewards(dyadic))
+    confirmed = bool(np.all(np.abs(b[~keep]) <= _SILENT_NOISE))
+    ctx.fail(
+        f"out[{i}]={a[i]:.6g} in a silent group (all rewards {batch.rewards[i]:.17g}), but should be 0 "
+        f"(|A| <= {_SILENT_NOISE:g}; every member moves the same way, and |A| > {_SILENT_UPDATE:g} is more "
+        f"than a tenth of a live group's update{'' if big else ', so this one is residue level'})",
+        batch,
+        a if not confirmed else None,
+        cause=_residue_cause(ctx) if confirmed else None,
+        verdict="FAIL" if big else "WARN",
+    )
+
+
+def _residue_cause(ctx: Context) -> str:
+    """Why a rounding residue of the mean survives, from what detection measured (precision, eps)."""
+    eps = None
+    det = ctx.detection
+    if det is not None and det.convention is not None and det.convention.scale != "none":
+        eps = det.convention.eps
+    head = (
+        "the group's mean of equal non-dyadic rewards is not exactly the reward, so R - mean is a rounding "
+        "residue (the same groups with dyadic rewards give 0)"
+    )
+    if ctx.precision != "float64":
+        where = (
+            f"; the statistics are computed in {ctx.precision} (detected), where the residue is ~1e-8 "
+            f"of |R|{'' if eps is None else f' and eps {eps:g} does not cover it'}"
         )
+    elif eps == 0:
+        where = "; the divisor has no eps (detected eps = 0), so the residue is divided by a std of its size"
+    elif eps is not None:
+        where = f"; the detected eps {eps:g} is far below the std the residue leaves"
+    else:
+        where = ""
+    return head + where + "; test silence with max == min, or add an eps above the residue"
 
 
 def _concat(a: Batch, b: Batch) -> Batch:
@@ -176,7 +220,7 @@ def test_dapo_keep_mask(ctx: Context, batch: Batch, p: Any) -> None:
     signal = batch.rewards
     if ctx.adapter.keep_mask is not None and _keep_metric(ctx)[0] == "accuracy":
         signal = _accuracy(batch.rewards)
-    want = as_numpy(dapo_keep_mask(signal, index=batch.index)).astype(bool)
+    want = _declared_keep(ctx, signal, batch)
     if ctx.adapter.keep_mask is not None:
         got = guarded(ctx.adapter.keep, batch, what=lambda: f"keep_mask on {batch!r}").numpy().astype(bool)
         what = "keep_mask"
@@ -191,10 +235,101 @@ def test_dapo_keep_mask(ctx: Context, batch: Batch, p: Any) -> None:
             f"{what}[{i}]={bool(got[i]) if got.shape == want.shape else got.shape}, but should be "
             f"{bool(want[i])} (keep iff 0 < k < G)",
             batch,
-            cause="the filter drops only all-wrong (k = 0) or only all-right (k = G) groups"
+            cause=(_keep_rule_cause(ctx) or _extra_rule_cause(ctx, _keep_metric(ctx)[0]))
             if what == "keep_mask"
             else None,
         )
+
+
+#: Probes of a keep filter's rule, three groups of 3 each: a silent group of non-dyadic rewards
+#: (std 1.4e-17 in floating point), a silent group of a dyadic reward other than 0 and 1, and a live
+#: binary group.
+_RULE_PROBE = Batch.grouped([[0.1, 0.1, 0.1], [0.5, 0.5, 0.5], [1.0, 0.0, 1.0]])
+
+
+def _declared_keep(ctx: Context, signal: np.ndarray, batch: Batch) -> np.ndarray:
+    """The keep mask the filter should give: ``0 < k < G`` on ``signal``, with the declared band on
+    the group's mean and std threshold (:func:`sigma_ref.filters.filter_keep_mask`)."""
+    return filter_keep_mask(
+        signal, index=batch.index, band=ctx.adapter.keep_band, min_std=ctx.adapter.keep_min_std
+    )
+
+
+def _declared_rules(ctx: Context) -> str:
+    rules = []
+    if ctx.adapter.keep_band is not None:
+        rules.append(f"{ctx.adapter.keep_band[0]:g} < mean < {ctx.adapter.keep_band[1]:g}")
+    if ctx.adapter.keep_min_std is not None:
+        rules.append(f"std > {ctx.adapter.keep_min_std:g}")
+    return "".join(f" and {r}" for r in rules) + (" [declared]" if rules else "")
+
+
+#: Band probe: binary groups of 8 with k = 1..7 correct (means 1/8..7/8); 0 < k < G keeps all.
+_BAND_PROBE = Batch.grouped([[1.0] * k + [0.0] * (8 - k) for k in range(1, 8)])
+#: Std probe: wrong-only groups (every reward < 0.5) of spread delta = 1e-3 .. 0.3 in one response;
+#: the reward's 0 < k < G keeps all, a std threshold drops the narrow ones.
+_SPREADS = (1e-3, 1e-2, 3e-2, 0.1, 0.3)
+_STD_PROBE = Batch.grouped([[0.1, 0.1, 0.1, 0.1 + d] for d in _SPREADS])
+
+
+def _per_group(ctx: Context, batch: Batch, G: int) -> list[bool] | None:
+    try:
+        return ctx.adapter.keep(batch).numpy().astype(bool).reshape(-1, G)[:, 0].tolist()
+    except Exception:
+        return None
+
+
+def _extra_rule_cause(ctx: Context, metric: str) -> str | None:
+    """A rule beyond ``0 < k < G`` the filter applies, measured on the band and std probes."""
+    if ctx.adapter.keep_band is None:
+        kept = _per_group(ctx, _BAND_PROBE, 8)
+        if kept is not None and any(kept) and not all(kept):
+            ks = [k for k, keep in zip(range(1, 8), kept, strict=True) if keep]
+            if ks == list(range(ks[0], ks[-1] + 1)):
+                return (
+                    f"the filter also drops groups whose mean {metric} is outside a band: of binary groups "
+                    f"of 8 with k = 1..7 correct it keeps k = {ks[0]}..{ks[-1]} only (lo < mean < hi, "
+                    f"lo in [{(ks[0] - 1) / 8:g}, {ks[0] / 8:g}), hi in ({ks[-1] / 8:g}, "
+                    f"{(ks[-1] + 1) / 8:g}]), beyond 0 < k < G; declare it (Adapter keep_band=(lo, hi)) "
+                    "if the trainer's config sets one"
+                )
+    if ctx.adapter.keep_min_std is None:  # an accuracy filter drops every wrong-only probe group
+        kept = _per_group(ctx, _STD_PROBE, 4)
+        if kept is not None and any(kept) and not all(kept) and kept == sorted(kept):
+            first = kept.index(True)
+            stds = [float(np.std([0.1, 0.1, 0.1, 0.1 + d])) for d in _SPREADS]
+            lo = f"{stds[first - 1]:.3g}" if first > 0 else "0"
+            return (
+                f"the filter also drops groups whose reward std is below a threshold between {lo} and "
+                f"{stds[first]:.3g} (of groups whose one reward differs by "
+                f"{', '.join(map(str, _SPREADS))} it keeps those from {_SPREADS[first]} up): a std threshold "
+                "beyond 0 < k < G; declare it "
+                "(Adapter keep_min_std=...) if the trainer's config sets one"
+            )
+    return None
+
+
+def _keep_rule_cause(ctx: Context) -> str | None:
+    """The rule a filter that disagrees with ``0 < k < G`` applies, confirmed on :data:`_RULE_PROBE`
+    (and a second probe of other values), or ``None`` when no known rule fits both."""
+    try:
+        got = ctx.adapter.keep(_RULE_PROBE).numpy().astype(bool).reshape(3, 3)[:, 0]
+        other = Batch.grouped([[0.7, 0.7, 0.7], [0.25, 0.25, 0.25], [0.0, 1.0, 1.0]])
+        again = ctx.adapter.keep(other).numpy().astype(bool).reshape(3, 3)[:, 0]
+    except Exception:
+        return None
+    if got.tolist() == again.tolist() == [True, False, True]:
+        return (
+            "the filter tests silence with a floating-point std (std != 0 or std > 0): equal non-dyadic "
+            "rewards ([0.1, 0.1, 0.1], [0.7, 0.7, 0.7]) leave a std of ~1e-17 and their group is kept, while "
+            "equal dyadic ones are dropped; test max > min"
+        )
+    if got.tolist() == again.tolist() == [True, True, True]:
+        return (
+            "the filter drops only all-wrong (mean 0) or only all-right (mean 1) groups: silent groups of "
+            "rewards other than 0 and 1 ([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]) are kept"
+        )
+    return None
 
 
 def _singleton_examples(ctx: Context, p: Any) -> list[Batch]:
@@ -386,6 +521,109 @@ def test_nan_rows_confined(ctx: Context, batch: Batch, p: Any) -> None:
         )
 
 
+#: A NaN reward (an unscoreable response) in group 0, then in group 1 at another place; the other
+#: groups are live, so a NaN that reaches a batch statistic shows in them.
+_NAN_GROUPED = (
+    Batch.grouped([[1.0, 0.0, np.nan, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0, 2.0], [1.0, 1.0, 0.0, 0.0, 0.5]]),
+    Batch.grouped([[0.5, 0.0, 0.25, 1.0], [1.0, np.nan, 0.0, 1.0], [0.0, 0.0, 1.0, 0.75]]),
+)
+
+
+def _not_token(ctx: Context, p: Any) -> str | None:
+    """Layout token has its own NaN property (nan_rows_confined)."""
+    if ctx.adapter.layout == "token":
+        return "layout 'token': nan_rows_confined checks NaN rewards there"
+    return None
+
+
+@conformance_property(
+    level="silent",
+    examples=lambda ctx, p: list(_NAN_GROUPED),
+    applies=_not_token,
+    required=lambda ctx: False,  # advisory: what a NaN does is reported (WARN), never a FAIL yet
+)
+def test_nan_rewards(ctx: Context, batch: Batch, p: Any) -> None:
+    """A NaN reward (a response no reward function could score) raises, or is left out of its group:
+    its siblings' advantages equal oracle(R) of the group without it (TRL's nanmean / nanstd) and other
+    groups are untouched. NaN siblings are a WARN (loud: the loss turns NaN; verl and OpenRLHF's
+    torch.mean / torch.std). A NaN replaced by 0 and counted in its group (nan_to_num; TRL's nansum
+    over reward functions gives 0 to a response none of them scored) is a WARN with the measured shift
+    of the siblings' baseline: GRPO over the rewards as the trainer recorded them is computed right, as
+    for a rejected row counted with reward 0 (rejected_rows_ignored). Any other silent change of the
+    siblings, or of another group, is reported too; the property is advisory (every finding a WARN)
+    until the shift real TRL's normalize_then_sum shows on other groups is explained. The oracle raises
+    (check_finite).
+    """
+    row = int(np.argmax(np.isnan(batch.rewards)))
+    try:
+        a = ctx.flat(batch)
+    except PropertyFailure as exc:
+        if exc.finding.what.startswith("raised"):
+            return  # a clear refusal of a NaN reward
+        raise
+    call = ctx.adapter.call_repr(batch)
+    keep = np.arange(batch.n) != row
+    kept = Batch(batch.rewards[keep], batch.index[keep])
+    expected = ctx.expected(kept)
+    tol = ctx.tolerance(kept, expected)
+    got = a[keep]
+    same = kept.index == batch.index[row]
+    found_other = mismatch_message(got[~same], expected[~same], 0.0, tol[~same])
+    if found_other is not None:
+        nan_other = bool(np.isnan(got[~same]).any())
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward in group {batch.index[row]} changed other groups' advantages: "
+                f"{found_other[0]}",
+                call,
+                ctx.reference.name,
+                "the NaN reaches a statistic over the whole batch (a batch mean or std without nan-aware "
+                "reductions): every group turns NaN"
+                if nan_other and np.isnan(got[~same]).all()
+                else None,
+                confirmed=nan_other and bool(np.isnan(got[~same]).all()),
+                verdict="WARN" if nan_other and np.isnan(got[~same]).all() else "FAIL",
+            )
+        )
+    sib = got[same]
+    if np.isnan(sib).all():
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward made its siblings' advantages NaN ({sib.tolist()}), but should raise or leave "
+                f"them at {np.round(expected[same], 4).tolist()} (the group without it)",
+                call,
+                ctx.reference.name,
+                "the NaN enters the group's mean and std (torch.mean / torch.std, as verl and OpenRLHF); "
+                "loud, since the loss turns NaN, but the group is lost: raise on a NaN reward, or leave it "
+                "out (nanmean / nanstd)",
+                confirmed=True,
+                verdict="WARN",
+            )
+        )
+    found = mismatch_message(sib, expected[same], 0.0, tol[same])
+    if found is None:
+        return
+    replaced = batch.rewards.copy()
+    replaced[row] = 0.0
+    zero = ctx.expected(batch.with_rewards(replaced))[keep][same]
+    counted = mismatch_message(sib, zero, 0.0, tol[same]) is None
+    raise PropertyFailure(
+        Finding(
+            f"a NaN reward silently moved its siblings' baseline: {found[0]}",
+            call,
+            ctx.reference.name,
+            "the NaN is replaced by 0 (nan_to_num, or a nansum over reward functions) and counted in its "
+            "group's mean and std: a response no one scored pulls its siblings' baseline (measured: "
+            f"siblings {np.round(sib, 4).tolist()} vs {np.round(expected[same], 4).tolist()} without it); "
+            "leave it out (nanmean / nanstd) or raise"
+            if counted
+            else None,
+            confirmed=counted,
+            verdict="WARN" if counted else "FAIL",
+        )
+    )
+
+
 #: Shaped rewards (accuracy + a bonus in [0, 0.5)): group 7 is all correct but its rewards
 #: differ, group 3 all wrong but differing, group 5 mixed; ids whose sorted and first-seen
 #: orders differ.
@@ -437,7 +675,7 @@ def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
     """
     metric, how = _keep_metric(ctx)
     signal = _accuracy(batch.rewards) if metric == "accuracy" else batch.rewards
-    want = as_numpy(dapo_keep_mask(signal, index=batch.index)).astype(bool)
+    want = _declared_keep(ctx, signal, batch)
     got = guarded(ctx.adapter.keep, batch, what=f"keep_mask on {batch!r}").numpy().astype(bool)
     call = f"{ctx.adapter.name}(rewards={batch.rewards.round(4).tolist()}, index={batch.index.tolist()})"
     if got.shape != want.shape:
@@ -448,19 +686,23 @@ def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
         return
     i = int(np.argmax(got != want))
     other = _accuracy(batch.rewards) if metric == "reward" else batch.rewards
-    swapped = as_numpy(dapo_keep_mask(other, index=batch.index)).astype(bool)
+    swapped = _declared_keep(ctx, other, batch)
     cause = None
     if how == "declared" and np.array_equal(got, swapped):
         cause = (
-            "the filter drops on the spread of the rewards, not of the accuracy: shaped rewards that differ "
-            "while every response is right (or every one wrong) are kept; count k on the accuracy"
+            "the filter applies its rules to the shaped reward, not the accuracy: shaped rewards that differ "
+            "while every response is right (or every one wrong) are kept"
+            + (" and the band sees the reward's mean" if ctx.adapter.keep_band is not None else "")
+            + "; count k on the accuracy"
             if metric == "accuracy"
             else "the filter counts k on an accuracy (R > 0.5), but declares keep_metric='reward'"
         )
+    if cause is None:
+        cause = _extra_rule_cause(ctx, metric)
     raise PropertyFailure(
         Finding(
             f"keep[{i}]={bool(got[i])} (group {batch.index[i]}), but should be {bool(want[i])}: keep iff "
-            f"0 < k < G on the {metric} [{how}]",
+            f"0 < k < G on the {metric} [{how}]{_declared_rules(ctx)}",
             call,
             cause=cause,
             confirmed=cause is not None,

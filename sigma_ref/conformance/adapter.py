@@ -220,8 +220,10 @@ class Adapter:
     (module doc). ``returns``: layout token, what the returns equal (``"advantages"``, verl's
     outcome estimators), or ``None`` (not checked). ``keep_metric``: what a keep-mask filter
     counts k on, ``"accuracy"`` (``R > 0.5``) or ``"reward"``, or ``None`` to detect it;
-    ``keep_order``: how a per-group keep mask is ordered, or ``None`` to detect it. ``name``: how
-    reports name it.
+    ``keep_order``: how a per-group keep mask is ordered, or ``None`` to detect it. ``keep_band``
+    (``(lo, hi)``: keep only groups whose mean metric is inside) and ``keep_min_std`` (keep only
+    groups whose metric's std exceeds it): a filter's rules beyond ``0 < k < G``
+    (:func:`sigma_ref.filters.filter_keep_mask`), or ``None``. ``name``: how reports name it.
 
     >>> import torch
     >>> def adv(rewards, group_size):
@@ -252,6 +254,8 @@ class Adapter:
     returns: str | None = None
     keep_metric: str | None = None
     keep_order: str | None = None
+    keep_band: tuple[float, float] | None = None
+    keep_min_std: float | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.advantages):
@@ -292,6 +296,12 @@ class Adapter:
             raise ValueError(
                 f"Adapter keep_metric={self.keep_metric!r} must be 'accuracy', 'reward' or None (detect it)"
             )
+        from ..filters import check_band, check_min_std
+
+        object.__setattr__(self, "keep_band", check_band(self.keep_band, name="Adapter keep_band"))
+        object.__setattr__(
+            self, "keep_min_std", check_min_std(self.keep_min_std, name="Adapter keep_min_std")
+        )
         if self.keep_order not in (None, "response", "first-seen", "sorted"):
             raise ValueError(
                 f"Adapter keep_order={self.keep_order!r} must be 'response', 'first-seen', 'sorted' or None"
@@ -514,8 +524,12 @@ def detect_keep_order(adapter: Adapter) -> str:
     """How a keep-mask filter orders its result: ``response``, ``first-seen`` or ``sorted``.
 
     The probe has ids 7, 3, 7, 3, 5, 5 (first-seen order 7, 3, 5; sorted 3, 5, 7) and only
-    group 7 live, so the three readings of the result differ.
+    group 7 live, so the three readings of the result differ. A filter of a contiguous layout
+    (``rewards.view(-1, G)``) takes no ids: its groups are positional, so first-seen and sorted are
+    one order and no probe is made (interleaved ids would not fit its layout).
     """
+    if adapter.layout not in _BY_INDEX:
+        return "first-seen"
     probe = Batch(np.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), np.array([7, 3, 7, 3, 5, 5]))
     out = adapter.flat(adapter._keep_call(probe, torch.tensor(probe.rewards))).to("cpu").bool().tolist()
     if len(out) == probe.n:

@@ -593,10 +593,27 @@ def evaluate(
             verdict = "WARN"
         if verdict == "WARN" and ctx.strict:
             verdict = "FAIL"
-        notes = [n for n in getattr(failure, "__notes__", []) if n.strip()]
+        notes = _user_notes(getattr(failure, "__notes__", []))
         message = "\n".join([failure.finding.render(), *notes])
         return Outcome(prop.name, prop.level, label, verdict, message, failure.finding)
     return Outcome(prop.name, prop.level, label, "pass")
+
+
+def _user_notes(notes: Sequence[str]) -> list[str]:
+    """Hypothesis' notes on a failure without its boilerplate: the falsifying example stays; the
+    "Failing test case ... @reproduce_failure(...)" lines, the "Explanation" and the source lines it
+    lists (sigma_ref's own, never the user's code) go; the seed and the profile reproduce a failure."""
+    kept: list[str] = []
+    for note in notes:
+        lines = note.splitlines()
+        if not note.strip() or any(
+            x in note for x in ("@reproduce_failure", "Failing test case", "You can reproduce this example")
+        ):
+            continue
+        if lines and lines[0].startswith("Explanation:"):
+            continue
+        kept.append(note)
+    return kept
 
 
 def _first_failure(exc: BaseException) -> BaseException:

@@ -67,6 +67,9 @@ class Detection:
     residual: float = 0.0
     silent_below: float = 0.0
     clip: float = 0.0
+    #: A named estimator of :mod:`sigma_ref.estimators` the advantages are (``rloo_std``,
+    #: ``loo_std``, ``group_then_batch``, ``maxrl``), when the structure is no convention.
+    estimator: str | None = None
 
     @property
     def reference(self) -> Reference:
@@ -111,6 +114,8 @@ class Detection:
             near = f"; nearest: {self.nearest} (differs in {', '.join(self.differences)})"
         if any("inside the sqrt" in n for n in self.notes):
             near += "; eps is inside the sqrt"
+        if self.estimator is not None:
+            return f"named estimator {self.estimator!r} (sigma_ref.estimators), no convention{near}"
         return f"no known convention ({self.fields()}){near}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,6 +135,7 @@ class Detection:
             "residual": self.residual,
             "silent_below": self.silent_below,
             "clip": self.clip,
+            "estimator": self.estimator,
         }
 
 
@@ -350,6 +356,34 @@ def _precision(adapter: Adapter, notes: list[str]) -> tuple[str, float]:
     return precision, residual
 
 
+#: Two probes that tell the named estimators apart (a group with one success, whose leave-one-out
+#: sets include a silent one; continuous non-dyadic groups).
+_ESTIMATOR_PROBES = (
+    np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 1.0, 0.0]]),
+    np.array([[0.1, 0.7, 0.3, 0.9, 0.5], [0.35, 0.2, 0.65, 0.15, 1.0]]),
+)
+
+
+def _named_estimator(adapter: Adapter) -> str | None:
+    """The named estimator (:mod:`sigma_ref.estimators`) that reproduces the advantages on both
+    :data:`_ESTIMATOR_PROBES`, or ``None``: the diagnosis' estimator hypotheses, checked on each."""
+    from .diagnose import _explaining
+
+    found: set[str] | None = None
+    for R in _ESTIMATOR_PROBES:
+        batch = Batch.grouped(R)
+        a = _call(adapter, batch)
+        if a is None or not np.isfinite(a).all():
+            return None
+        keys = {
+            key.split(":")[1]
+            for key, _ in _explaining(a, batch.rewards, batch.index, reference_for(PAPER.name))
+            if key.startswith("estimator:")
+        }
+        found = keys if found is None else found & keys
+    return sorted(found)[0] if found and len(found) == 1 else None
+
+
 def _singleton(adapter: Adapter, conv: Convention | None) -> str:
     R = np.array([[0.7], [0.2]])
     a = _call(adapter, Batch.grouped(R))
@@ -441,6 +475,12 @@ def _detect(adapter: Adapter) -> Detection:
         notes.append(f"a silent group [1,1,1,1] gets {silent} advantages, not 0")
     if family == "unknown":
         singleton = _singleton(adapter, None)
+        estimator = _named_estimator(adapter)
+        if estimator is not None:
+            notes.append(
+                f"the advantages are the named estimator {estimator!r} of sigma_ref.estimators on both "
+                "estimator probes: a different algorithm, not a convention"
+            )
         return Detection(
             family,
             None,
@@ -452,6 +492,7 @@ def _detect(adapter: Adapter) -> Detection:
             tuple(notes),
             precision=precision,
             residual=residual,
+            estimator=estimator,
         )
     if family == "rloo":
         singleton = _singleton(adapter, None)

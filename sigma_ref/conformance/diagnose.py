@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
-from ..conventions import DR_GRPO, Convention
+from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage, rloo_advantage
+from ..conventions import DR_GRPO, PAPER, Convention
 from .guard import call_guarded
 from .reference import Reference, as_numpy
 
@@ -104,6 +104,9 @@ def _explaining(
         return []
     finally:
         _TOL.update(saved)
+    named = [f for f in found if f[0].startswith("estimator:")]
+    if named:  # a named estimator says what the code computes; the factors it implies say less
+        return named
     specific = [f for f in found if not f[0].startswith(("factor:", "clamp:"))]
     return specific or found  # a constant factor or a clamp only when nothing more specific fits
 
@@ -354,6 +357,16 @@ def _hypotheses(
                 lambda: expected[order_sorted],
             )
         )
+        twice = order_sorted[order_sorted]
+        if not np.array_equal(twice, order_sorted) and not np.array_equal(twice, np.arange(index.size)):
+            hypotheses.append(
+                (
+                    "sort_order_as_inverse",
+                    "results are scattered back with the sort order instead of its inverse: out = "
+                    "sorted_values[order] (the permutation applied twice), not out[order] = sorted_values",
+                    lambda: expected[order_sorted][order_sorted],
+                )
+            )
     _, first = np.unique(index, return_index=True)
     order = np.argsort(first, kind="stable")
     runs = np.repeat(np.arange(len(counts)), counts[order])
@@ -366,6 +379,7 @@ def _hypotheses(
                 lambda: as_numpy(ref.advantages(rewards, runs)),
             )
         )
+    hypotheses += _estimator_hypotheses(rewards, index, ref, actual)
     tests: list[tuple[str, str, Callable[[], bool]]] = [
         (key, cause, _matches(actual, predict)) for key, cause, predict in hypotheses
     ]
@@ -452,6 +466,71 @@ def _hypotheses(
         )
     )
     return tests
+
+
+#: What each named estimator is, for causes (sigma_ref.estimators; proofs/14).
+_ESTIMATOR_WORDS = {
+    "rloo_std": "RLOO's leave-one-out baseline divided by the group std, (R - mean of the others) / "
+    "(std + eps) (AReaL's NormConfig mean_leave1out=True with std_level='group')",
+    "loo_std": "a leave-one-out baseline divided by a leave-one-out std, (R - mean of the others) / (std of "
+    "the others + eps)",
+    "group_then_batch": "two-stage normalisation: GRPO per group, then normalised again over the whole batch "
+    "(GDPO with one reward; TRL's multi_objective_aggregation='normalize_then_sum')",
+    "maxrl": "MaxRL's (R - mean) / mean: the group mean in place of the std",
+}
+
+
+def _loo_eps(rewards: np.ndarray, index: np.ndarray, ddof: int, actual: np.ndarray) -> float:
+    """The eps a leave-one-out std estimator uses, read where a response's siblings are all equal
+    (there ``A = (R - mean of the others) / eps``), to two digits; 0 where no such response is."""
+    from .. import estimators
+
+    try:
+        bare = estimators.loo_std_advantage(rewards, index=index, ddof=ddof)
+        num = as_numpy(rloo_advantage(rewards, index=index))
+    except ValueError:
+        return 0.0
+    at = np.isinf(bare) & np.isfinite(actual) & (actual != 0)
+    return float(f"{np.median(num[at] / actual[at]):.2g}") if at.any() else 0.0
+
+
+def _estimator_hypotheses(
+    rewards: np.ndarray, index: np.ndarray, ref: Reference, actual: np.ndarray
+) -> list[tuple[str, str, Callable[[], np.ndarray]]]:
+    """The named estimators of :mod:`sigma_ref.estimators` as hypotheses (ddof 0 and 1; the
+    reference's eps, far below any group std these inputs have, except for the leave-one-out std,
+    whose eps is read where a response's siblings are all equal)."""
+    from .. import estimators
+
+    eps = ref.eps
+    conv = ref.convention if ref.convention is not None and ref.family == "grpo" else PAPER
+    out: list[tuple[str, str, Callable[[], np.ndarray]]] = []
+    for name in ("rloo_std", "loo_std", "group_then_batch"):
+        for ddof in (0, 1):
+            cause = (
+                f"the code computes the named estimator {name!r} ({_ESTIMATOR_WORDS[name]}; "
+                f"sigma_ref.estimators, ddof={ddof}), not {ref.name}: a different algorithm, not a "
+                "convention of it"
+            )
+
+            def predict(name: str = name, d: int = ddof) -> np.ndarray:
+                if name == "group_then_batch":
+                    return estimators.group_then_batch_advantage(
+                        rewards, index=index, convention=conv, batch_ddof=d
+                    )
+                e = _loo_eps(rewards, index, d, actual) if name == "loo_std" else eps
+                return estimators.ESTIMATORS[name](rewards, index=index, ddof=d, eps=e)
+
+            out.append((f"estimator:{name}:{ddof}", cause, predict))
+    out.append(
+        (
+            "estimator:maxrl",
+            f"the code computes the named estimator 'maxrl' ({_ESTIMATOR_WORDS['maxrl']}; "
+            f"sigma_ref.estimators), not {ref.name}",
+            lambda: estimators.maxrl_advantage(rewards, index=index),
+        )
+    )
+    return out
 
 
 def _lookup_hypotheses(

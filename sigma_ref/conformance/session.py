@@ -127,7 +127,12 @@ def build_context(
         precision = adapter.precision or detection.precision
     declared: Any = convention if convention != "auto" else adapter.convention
     if declared is not None:
-        ref = reference_for(declared)  # exactly as declared: a detected clamp or filter is a deviation
+        # exactly as declared, a detected clamp is a deviation; a detected spread filter (groups whose
+        # std is below a threshold treated as silent) is a data policy on top of the convention and is
+        # kept, so groups near its threshold are never judged by whether a seed happens to draw them
+        ref = reference_for(declared)
+        if detection.silent_below > 0 and ref.family == "grpo":
+            ref = dataclasses.replace(ref, silent_below=detection.silent_below)
         return Context(adapter, ref, detection, ref.name, precision=precision, strict=strict)
     return Context(adapter, detection.reference, detection, None, precision=precision, strict=strict)
 

@@ -17,11 +17,13 @@ from sigma_ref.conformance import Adapter
 
 @torch.no_grad()
 def paper_grouped(rewards: torch.Tensor) -> torch.Tensor:
-    """The paper: population std, no eps, silent groups 0. Layout grouped [B, G]."""
+    """The paper: population std, no eps, silent groups 0 (found by max == min: a 'std > 0' guard keeps
+    equal non-dyadic rewards, whose std is a rounding residue). Layout grouped [B, G]."""
     mean = rewards.mean(dim=1, keepdim=True)
     std = rewards.std(dim=1, unbiased=False, keepdim=True)
     centred = rewards - mean
-    return torch.where(std > 0, centred / torch.where(std > 0, std, 1), torch.zeros_like(centred))
+    live = rewards.max(dim=1, keepdim=True).values > rewards.min(dim=1, keepdim=True).values
+    return torch.where(live, centred / torch.where(live, std, 1), torch.zeros_like(centred))
 
 
 @torch.no_grad()

@@ -72,7 +72,8 @@ def grad_flow(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     r = rewards.view(-1, group_size)
     std = r.std(1, unbiased=False, keepdim=True)
     centred = r - r.mean(1, keepdim=True)
-    return torch.where(std > 0, centred / torch.where(std > 0, std, 1), torch.zeros_like(centred)).view(-1)
+    live = r.max(1, keepdim=True).values > r.min(1, keepdim=True).values  # exact silence test
+    return torch.where(live, centred / torch.where(live, std, 1), torch.zeros_like(centred)).view(-1)
 
 
 @torch.no_grad()
