@@ -55,8 +55,8 @@ proofs: install
 	$(PY) proofs/build.py
 
 # make peers: install TRL, verl and OpenRLHF (CPU, ~1 GB) for the adapters in spec/adapters
-# and `sigma-ref matrix`; the main install stays light. In CI (CI=true) `make test` installs
-# them too, so the README's peer matrix is regenerated from the named versions and checked.
+# and `sigma-ref matrix`; the main install stays light. `make test-all` (what CI runs) installs
+# them, so the README's peer matrix is regenerated from the named versions and checked.
 PEERS_STAMP := $(VENV)/.sigma-ref-peers-installed
 .PHONY: peers
 peers: $(PEERS_STAMP)

@@ -3,7 +3,8 @@
 ``sigma-ref audit 0.5 0.3 0.15 0.08 0.03 --G 8`` prints the corpus audit,
 ``sigma-ref audit --rollouts log.parquet`` audits a rollout log, ``sigma-ref reproduce``
 recomputes the paper's group-size table and its controlled experiment; further
-sub-commands (``check``, ``detect``, ``matrix``) run the conformance suite.
+sub-commands (``check``, ``detect``, ``matrix``) run the conformance suite, and ``sigma-ref vectors``
+writes its cases as data.
 
 Sub-commands import their modules when they run, so ``sigma-ref audit`` starts without
 torch or sympy.
@@ -276,6 +277,42 @@ def _add_matrix(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_matrix(sub)
 
 
+def _vectors(args: argparse.Namespace) -> int:
+    from . import vectors
+
+    if args.check is not None:
+        stale = vectors.check(args.check)
+        if stale:
+            print(
+                f"{args.check}: {', '.join(stale)} differ from the oracle's vectors; "
+                f"regenerate with: sigma-ref vectors --out {args.check}",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{args.check}: up to date (schema version {vectors.SCHEMA_VERSION})")
+        return 0
+    counts = vectors.generate(args.out)
+    print(
+        f"wrote {sum(counts.values())} cases to {args.out} ("
+        + ", ".join(f"{family} {n}" for family, n in counts.items())
+        + "); run them with sigma_ref/vectors_reader.py"
+    )
+    return 0
+
+
+def _add_vectors(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "vectors",
+        help="write the conformance vectors (JSON Lines) any trainer's CI can run",
+        description="Write the suite's cases as data (docs/vectors.md): inputs, float64 expected values, "
+        "tolerances. Run them with sigma_ref/vectors_reader.py, a single numpy-only file.",
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", metavar="DIR", help="directory to write (created if missing)")
+    where.add_argument("--check", metavar="DIR", help="exit 1 if DIR differs from freshly generated vectors")
+    p.set_defaults(run=_vectors)
+
+
 #: Sub-command name -> its registrar (adds the parser and sets ``run``).
 COMMANDS: dict[str, Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = {
     "audit": _add_audit,
@@ -284,6 +321,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     "check": _add_check,
     "detect": _add_detect,
     "matrix": _add_matrix,
+    "vectors": _add_vectors,
 }
 
 

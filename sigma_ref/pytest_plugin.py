@@ -113,7 +113,13 @@ def load_suite_profile(config: pytest.Config) -> None:
 
     register_profiles()
     name = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
-    settings.load_profile(profile_name(name))
+    try:
+        settings.load_profile(profile_name(name))
+    except Exception as exc:  # hypothesis' InvalidArgument: an unknown name
+        raise pytest.UsageError(
+            f"HYPOTHESIS_PROFILE={name!r} is not a hypothesis profile: use ci, dev or thorough (the "
+            "suite's), or the name of a profile you registered"
+        ) from exc
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

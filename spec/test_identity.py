@@ -46,7 +46,13 @@ from sigma_ref.conformance.inputs import (
     seeded,
     single_process_globals,
 )
-from sigma_ref.conformance.precision import COUNT_EPS_RTOL, PRECISIONS, SAFETY, unit_roundoff
+from sigma_ref.conformance.precision import (
+    COUNT_EPS_RTOL,
+    PRECISIONS,
+    SAFETY,
+    objective_tolerance,
+    unit_roundoff,
+)
 from sigma_ref.conformance.reference import as_numpy
 from sigma_ref.identity import decompose, policy_gradient
 from sigma_ref.objectives import (
@@ -929,14 +935,7 @@ def _agrees(
     ``|beta| w (1 + exp(-delta))`` times the error of ``delta``, ``u (|logp| + |ref_logp|)``."""
     if terms is None:
         terms = _objective_terms(obj, x)
-    m = x["mask"]
-    size = sum(x[k].abs() for k in ("logp", "old_logp", "ref_logp", "rollout_logp")) * m
-    rounding = SAFETY * (2 + math.log2(m.numel())) * u * (1.0 + float(size.sum(-1).max()))
-    scale = terms["policy"].abs() + terms["kl"].abs()
-    if obj.kl is not None and obj.kl_placement == "loss" and obj.kl_coef != 0:
-        w = aggregation_weights(m, obj.aggregation, constant=obj.constant)
-        scale = scale + abs(obj.kl_coef) * w * (1 + torch.exp(x["ref_logp"] - x["logp"])) * m
-    tol = (rounding + COUNT_EPS_RTOL) * scale + rounding * float(scale.max())
+    tol = objective_tolerance(obj, x, terms, u)
     pred = terms["policy"] + kl_sign * terms["kl"]
     return bool(torch.isfinite(g).all()) and bool(((g - pred).abs() <= tol).all())
 

@@ -44,6 +44,7 @@ __all__ = [
     "COUNT_EPS_RTOL",
     "unit_roundoff",
     "advantage_tolerance",
+    "objective_tolerance",
     "precision_from_residual",
     "coarser",
 ]
@@ -130,6 +131,39 @@ def advantage_tolerance(
     # (2 + log2 G) u kappa >= 1: d's error bound reaches d itself (the spread is below the rounding of
     # the rewards at this precision), the first-order bound no longer holds, and no answer is wrong
     return np.where((2.0 + log_g) * u * kappa >= 1.0, np.inf, tol)
+
+
+def objective_tolerance(
+    objective: Any, x: dict[str, torch.Tensor], terms: dict[str, torch.Tensor], u: float
+) -> torch.Tensor:
+    """Per-token tolerance on ``dL/dlogp`` of a loss computed at unit roundoff ``u``.
+
+    ``(rho_r + COUNT_EPS_RTOL) s_it + rho_r max s``, with ``rho_r = SAFETY (2 + log2 N T) u kappa``,
+    ``kappa = 1 + max_i sum_t mask_it (|logp| + |old_logp| + |ref_logp| + |rollout_logp|)`` (a ratio
+    ``exp(a - b)`` errs by a relative ``u (|a| + |b|)``, a sequence ratio or weight by the sum over its
+    row) and ``s_it = |policy_it| + |kl_it|`` the size of each token's terms (``terms``, from
+    :func:`sigma_ref.objectives.loss_gradient_terms`), plus, for a KL term in the loss, its slope's
+    sensitivity ``|beta| w_it (1 + exp(ref_logp - logp))``. ``x`` holds ``[N, T]`` float64 tensors
+    ``logp``, ``old_logp``, ``ref_logp``, ``rollout_logp`` and ``mask``; ``objective`` is an
+    :class:`~sigma_ref.objectives.Objective`.
+
+    >>> from sigma_ref.objectives import Objective, loss_gradient_terms
+    >>> z = torch.zeros(1, 2, dtype=torch.float64)
+    >>> x = dict(logp=z, old_logp=z, ref_logp=z, rollout_logp=z, mask=torch.ones(1, 2, dtype=torch.float64))
+    >>> t = loss_gradient_terms(Objective(), z, z, torch.tensor([1.0]), x["mask"])
+    >>> bool((objective_tolerance(Objective(), x, t, 2.0**-24) < 1e-4).all())
+    True
+    """
+    from sigma_ref.objectives import aggregation_weights
+
+    m = x["mask"]
+    size = sum(x[k].abs() for k in ("logp", "old_logp", "ref_logp", "rollout_logp")) * m
+    rounding = SAFETY * (2 + math.log2(m.numel())) * u * (1.0 + float(size.sum(-1).max()))
+    scale = terms["policy"].abs() + terms["kl"].abs()
+    if objective.kl is not None and objective.kl_placement == "loss" and objective.kl_coef != 0:
+        w = aggregation_weights(m, objective.aggregation, constant=objective.constant)
+        scale = scale + abs(objective.kl_coef) * w * (1 + torch.exp(x["ref_logp"] - x["logp"])) * m
+    return (rounding + COUNT_EPS_RTOL) * scale + rounding * float(scale.max())
 
 
 def precision_from_residual(residual: float) -> str:
