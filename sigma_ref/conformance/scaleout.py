@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 from ..conventions import AGGREGATION_MODES
 from ..objectives import aggregation_weights
 from .adapter import LAYOUTS, Adapter, load_object
+from .normalisers import SIZES, Judge, judge_reading, split_pieces, token_scores
 
 __all__ = [
     "GLOBALS",
@@ -109,6 +110,8 @@ GLOBALS: dict[str, str] = {
     "micro_batch_index": "which micro-batch this is, 0 .. M - 1",
     "process_group": "the torch.distributed group of the W ranks (for losses that all-reduce)",
     "aggregation": "the declared aggregation mode, or None",
+    "generation_num_tokens": "unmasked tokens in the generation batch (steps_per_generation optimizer steps)",
+    "generation_num_seqs": "responses with an unmasked token in the generation batch",
 }
 
 
@@ -324,8 +327,17 @@ def _design_batch(seed: int, n_groups: int) -> _Batch:
     )
 
 
-def _n_groups(world_size: int) -> int:
-    return 4 * math.ceil(world_size / 4)
+def _n_groups(world_size: int, sizes: str = "equal") -> int:
+    """Groups of the designed batch: 4 per 4 ranks; uneven shares of ``r + 1`` need ``W (W + 1) / 2``."""
+    n = 4 * math.ceil(world_size / 4)
+    return max(n, world_size * (world_size + 1) // 2) if sizes == "uneven" else n
+
+
+def _generation_counts(seed: int, n_groups: int, steps: int) -> tuple[int, int]:
+    """Tokens and responses of a generation batch of ``steps`` optimizer steps: the judged step's
+    batch (seed ``seed``) and ``steps - 1`` more designed alike (seeds ``seed + 1 ..``)."""
+    masks = [_design_batch(seed + k, n_groups).mask for k in range(steps)]
+    return int(sum(m.sum() for m in masks)), int(sum((m.sum(-1) > 0).sum() for m in masks))
 
 
 def _token_logp(theta: torch.Tensor, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -333,13 +345,28 @@ def _token_logp(theta: torch.Tensor, feats: torch.Tensor, tokens: torch.Tensor) 
     return torch.log_softmax(feats @ theta, dim=-1).gather(-1, tokens[..., None])[..., 0]
 
 
-def _shard_rows(batch: _Batch, world_size: int, rank: int, split: str) -> np.ndarray:
-    """Rows of ``rank``: a block of whole groups, or every group's members dealt round-robin."""
+def _shard_rows(batch: _Batch, world_size: int, rank: int, split: str, sizes: str = "equal") -> np.ndarray:
+    """Rows of ``rank``: a block of whole groups, or every group's members dealt over the ranks
+    (round-robin; ``sizes="uneven"``: blocks of positions, :func:`~.normalisers.split_pieces`)."""
     if split == "whole-groups":
-        groups = np.array_split(np.arange(int(batch.index.max()) + 1), world_size)[rank]
+        groups = split_pieces(int(batch.index.max()) + 1, world_size, sizes)[rank]
         return np.flatnonzero(np.isin(batch.index, groups))
     position = np.arange(batch.n) % _G
+    if sizes == "uneven" and world_size <= _G:
+        return np.flatnonzero(np.isin(position, split_pieces(_G, world_size, sizes)[rank]))
     return np.flatnonzero(position % world_size == rank)
+
+
+def _assignment(batch: _Batch, w: int, m: int, split: str, sizes: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's rank and micro-batch at ``(w, m, split)``, as the ranks cut the batch."""
+    rank = np.zeros(batch.n, dtype=np.int64)
+    micro = np.zeros(batch.n, dtype=np.int64)
+    for r in range(w):
+        rows = _shard_rows(batch, w, r, split, sizes)
+        rank[rows] = r
+        for j, piece in enumerate(split_pieces(len(rows), m, sizes)):
+            micro[rows[piece]] = j
+    return rank, micro
 
 
 # ---------------------------------------------------------------------------
@@ -420,6 +447,8 @@ class _JobConfig(TypedDict):
     aggregation: str | None
     loss_scale: str
     plan: list[_Key]
+    sizes: str
+    steps_per_generation: int
 
 
 class _LaunchConfig(TypedDict):
@@ -508,7 +537,8 @@ def _run_job(
     """One job's plan on this rank: rank 0's results per configuration (None where it is not a member)."""
     import torch.distributed as dist
 
-    batch = _design_batch(job["seed"], _n_groups(W))
+    batch = _design_batch(job["seed"], _n_groups(W, job["sizes"]))
+    generation = _generation_counts(job["seed"], _n_groups(W, job["sizes"]), job["steps_per_generation"])
     adv_fn, layout, loss_fn = _resolve(job["impl"], job["layout"], job["loss"])
     loss_kw = _declared(loss_fn, 4, list(GLOBALS), "the loss")
     adv_kw = _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
@@ -523,7 +553,7 @@ def _run_job(
             results.append(None)
             continue
         tag = f"W={w}, M={m}, {split}"
-        rows = _shard_rows(batch, w, rank, split)
+        rows = _shard_rows(batch, w, rank, split, job["sizes"])
         rows_t = torch.tensor(rows, device=device)
         say(f"the advantage function at {tag}")
         env: dict[str, object] = {"process_group": group, "rank": rank, "world_size": w, "dp_size": w}
@@ -535,7 +565,7 @@ def _run_job(
                 f"the advantage function returned shape {tuple(adv.shape)} for {len(rows)} rewards at {tag}"
             )
         theta = torch.tensor(batch.theta, device=device, requires_grad=True)
-        pieces = np.array_split(np.arange(len(rows)), m)
+        pieces = split_pieces(len(rows), m, job["sizes"])
         for j, piece in enumerate(pieces):
             r = rows_t[torch.tensor(piece, device=device)]
             logp = _token_logp(theta, feats[r], tokens[r])
@@ -550,6 +580,7 @@ def _run_job(
                 process_group=group,
                 aggregation=job["aggregation"],
             )
+            values["generation_num_tokens"], values["generation_num_seqs"] = generation
             say(f"the loss at {tag}, micro-batch {j}")
             out = loss_fn(
                 logp,
@@ -814,6 +845,8 @@ def _analyse(
     aggregation: str | None,
     loss_scale: str,
     constant: float | None = None,
+    sizes: str = "equal",
+    generation: tuple[int, int] | None = None,
 ) -> list[ScaleoutResult]:
     results = []
     full = runs[(1, 1, "whole-groups")]
@@ -863,9 +896,30 @@ def _analyse(
         results.append(
             ScaleoutResult("scaleout_aggregation", "NOTE", None, f"no aggregation declared; {detected}")
         )
+    judge = Judge(
+        token_scores(batch.theta, batch.feats, batch.tokens),
+        a_full,
+        batch.mask,
+        matches[0] if matches else None,
+        lambda w, m, s: _assignment(batch, w, m, s, sizes),
+        constant,
+        generation,
+    )
     for M in Ms:
         results += _per_split(
-            runs, batch, g_full, a_full, W, M, split, aggregation, loss_scale, adv_ok, detected, constant
+            runs,
+            batch,
+            g_full,
+            a_full,
+            W,
+            M,
+            split,
+            aggregation,
+            loss_scale,
+            adv_ok,
+            detected,
+            constant,
+            judge,
         )
     return results
 
@@ -883,10 +937,12 @@ def _per_split(
     adv_ok: bool,
     detected: str,
     constant: float | None = None,
+    judge: Judge | None = None,
 ) -> list[ScaleoutResult]:
     results = []
-    g = np.asarray(runs[(W, M, split)]["grad"])
-    # (a) the split gradient against the same code's full-batch gradient
+    # (a) the split gradient against the same code's full-batch gradient, under both readings of
+    # the trainer's accumulation scaling (measured, not declared: normalisers.readings)
+    g, _, reading_text = judge_reading(runs[(W, M, split)]["grad"], g_full, M, loss_scale)
     prop = f"scaleout_gradient[W={W},M={M}]"
     c, resid, err = _fit(g, g_full)
     if err <= _RTOL:
@@ -896,16 +952,17 @@ def _per_split(
                 "PASS",
                 c,
                 f"the accumulated, rank-averaged gradient equals the full-batch gradient "
-                f"(rel. error {err:.1g})",
+                f"(rel. error {err:.1g}){reading_text}",
             )
         )
     else:
+        named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c)
         results.append(
             ScaleoutResult(
                 prop,
                 "FAIL",
                 c,
-                _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation),
+                named or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation),
             )
         )
 
@@ -1077,6 +1134,8 @@ class ScaleoutJob:
     timeout: float = 120.0
     seed: int = 0
     aggregation_constant: float | None = None
+    sizes: str = "uneven"
+    steps_per_generation: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1102,6 +1161,17 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         raise ValueError(f"split={split!r} must be one of {SPLITS}")
     if loss_scale not in LOSS_SCALES:
         raise ValueError(f"loss_scale={loss_scale!r} must be one of {LOSS_SCALES}")
+    if job.sizes not in SIZES:
+        raise ValueError(
+            f"sizes={job.sizes!r} must be one of {SIZES} (uneven: ranks and micro-batches hold different "
+            "numbers of responses, as verl's use_dynamic_bsz; equal: a fixed per-device batch, as TRL's)"
+        )
+    steps = job.steps_per_generation
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(
+            f"steps_per_generation={steps!r} must be a positive int: the optimizer steps one generation "
+            "batch is cut into (TRL's steps_per_generation, verl's ppo_mini_batch_size ratio)"
+        )
     if aggregation is not None and aggregation not in AGGREGATION_MODES:
         raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATION_MODES} or None (detect)")
     constant = job.aggregation_constant
@@ -1126,8 +1196,8 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         )
     _declared(loss_fn, 4, list(GLOBALS), "the loss")
     _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
-    batch = _design_batch(job.seed, _n_groups(world_size))
-    per_rank = min(len(_shard_rows(batch, world_size, r, split)) for r in range(world_size))
+    batch = _design_batch(job.seed, _n_groups(world_size, job.sizes))
+    per_rank = min(len(_shard_rows(batch, world_size, r, split, job.sizes)) for r in range(world_size))
     if max(Ms) > per_rank:
         raise ValueError(
             f"micro_batches={max(Ms)} exceeds the {per_rank} responses a rank holds at "
@@ -1151,6 +1221,8 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         "aggregation": aggregation,
         "loss_scale": loss_scale,
         "plan": list(dict.fromkeys(plan)),
+        "sizes": job.sizes,
+        "steps_per_generation": steps,
     }
     return _Prepared(job, config, batch, W, Ms)
 
@@ -1194,7 +1266,7 @@ def run_scaleout_many(
     since = start
     for p, (outcome, ended) in zip(prepared, outcomes, strict=True):
         analysed = time.monotonic()
-        W, Ms = p.world_size, p.Ms
+        W, Ms, S = p.world_size, p.Ms, p.job.steps_per_generation
         if isinstance(outcome, _RunError):
             prop = f"scaleout[W={W},M={','.join(map(str, Ms))}]"
             results = [ScaleoutResult(prop, "FAIL", None, outcome.message)]
@@ -1209,6 +1281,8 @@ def run_scaleout_many(
                 aggregation=p.job.aggregation,
                 loss_scale=p.job.loss_scale,
                 constant=p.job.aggregation_constant,
+                sizes=p.job.sizes,
+                generation=_generation_counts(p.job.seed, int(p.batch.index.max()) + 1, S) if S > 1 else None,
             )
         seconds = (ended - since) + (time.monotonic() - analysed)
         reports.append(ScaleoutReport(tuple(results), W, Ms, backend, seconds))
@@ -1230,6 +1304,8 @@ def run_scaleout(
     seed: int = 0,
     backend: str = "auto",
     aggregation_constant: float | None = None,
+    sizes: str = "uneven",
+    steps_per_generation: int = 1,
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
 
@@ -1241,7 +1317,12 @@ def run_scaleout(
     ``aggregation_constant``: the ``C`` of a declared ``seq-mean-token-sum-norm``, whose weights are
     the oracle's ``1 / (N_seq C)``; None means ``C = T``, the padded length (verl's and TRL's
     default).
-    ``loss_scale``: ``none`` or ``mean-over-micro-batches`` (module doc). A hung or crashed
+    ``sizes``: ``uneven`` (ranks and micro-batches hold different numbers of responses and tokens)
+    or ``equal`` (:mod:`~.normalisers`). ``steps_per_generation``: S, the optimizer steps of one
+    generation batch; the judged step's loss may ask for ``generation_num_tokens``/``_seqs``, the
+    counts of all S steps' batches, and must not normalise by them.
+    ``loss_scale``: the trainer's reading as the user declares it (module doc); the check measures
+    both readings and judges the one the loss is right under (the declaration is reported). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
 
     Performance: one check starts W processes once (torch import, ~2-4 s each) and runs every
@@ -1267,6 +1348,8 @@ def run_scaleout(
         timeout=timeout,
         seed=seed,
         aggregation_constant=aggregation_constant,
+        sizes=sizes,
+        steps_per_generation=steps_per_generation,
     )
     (report,) = run_scaleout_many([job], world_size=world_size, backend=backend)
     return report
