@@ -239,6 +239,15 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
         "batch's count",
     ),
     Hypothesis(
+        "count-before-mask",
+        "before-mask",
+        1,
+        0,
+        "count taken before the mask changed",
+        "the normaliser counts responses or tokens the mask has since removed (truncated or filtered "
+        "responses); count the mask the loss is applied with",
+    ),
+    Hypothesis(
         "generation-count-mean",
         "generation",
         1,
@@ -283,21 +292,24 @@ def hypothesis_gradient(
     world_size: int,
     micro_batches: int,
     constant: float | None = None,
-    generation_counts: tuple[float, float] | None = None,
+    counts: Mapping[str, tuple[float, float]] | None = None,
 ) -> npt.NDArray[np.float64]:
     """The gradient the hypothesis predicts under the reading ``none``: ``-sum_it w_eff_it A_i s_it``.
 
     ``w_eff`` is :func:`~sigma_ref.objectives.effective_weights` for the hypothesis's scope and
-    ``tau`` (scope ``generation``: :func:`~sigma_ref.objectives.aggregation_weights` with the
-    generation batch's ``(tokens, responses)``, ``generation_counts``).
+    ``tau``; a scope counted outside the batch's final mask (``generation``: the generation
+    batch; ``before-mask``: the mask before truncated responses were masked) uses
+    :func:`~sigma_ref.objectives.aggregation_weights` with ``counts[scope] = (tokens, responses)``.
     """
     m = torch.as_tensor(np.asarray(mask, dtype=np.float64))
     tau = hypothesis.tau(world_size, micro_batches)
     c = constant if mode == "seq-mean-token-sum-norm" else None
-    if hypothesis.scope == "generation":
-        if generation_counts is None:
-            raise ValueError("scope 'generation' needs generation_counts=(tokens, responses)")
-        tok, seq = generation_counts
+    if hypothesis.scope not in ("global", "rank", "micro-batch"):
+        if counts is None or hypothesis.scope not in counts:
+            raise ValueError(
+                f"scope {hypothesis.scope!r} needs counts[{hypothesis.scope!r}] = (tokens, responses)"
+            )
+        tok, seq = counts[hypothesis.scope]
         w = (tau / world_size) * aggregation_weights(m, mode, num_tokens=tok, num_seqs=seq, constant=c)
     else:
         w = effective_weights(
@@ -332,19 +344,19 @@ def identify(
     *,
     assign: Assign,
     constant: float | None = None,
-    generation_counts: tuple[float, float] | None = None,
+    counts: Mapping[str, tuple[float, float]] | None = None,
     candidates: Sequence[Hypothesis] = HYPOTHESES,
 ) -> list[Hypothesis]:
     """The hypotheses whose predicted gradient equals the measured one at *every* configuration.
 
     ``grads``: the measured gradient (reading ``none``) per configuration ``(w, m, split)``;
     ``assign`` gives each configuration's rows' ranks and micro-batches. The list is in the
-    order of :data:`HYPOTHESES`; more than one means the probes cannot tell them apart. Scope
-    ``generation`` is tried only with ``generation_counts``.
+    order of :data:`HYPOTHESES`; more than one means the probes cannot tell them apart. A scope
+    outside the batch (``generation``, ``before-mask``) is tried only when ``counts`` has it.
     """
     found = []
     for h in candidates:
-        if h.scope == "generation" and generation_counts is None:
+        if h.scope not in ("global", "rank", "micro-batch") and (counts is None or h.scope not in counts):
             continue
         ok = True
         for (w, m, split), g in grads.items():
@@ -360,7 +372,7 @@ def identify(
                 world_size=w,
                 micro_batches=m,
                 constant=constant,
-                generation_counts=generation_counts,
+                counts=counts,
             )
             if not _close(np.asarray(g, dtype=np.float64), pred):
                 ok = False
@@ -422,7 +434,8 @@ class Judge:
 
     ``scores``: :func:`token_scores` of the designed batch; ``advantages``: the code's own
     full-batch advantages; ``mode``: the aggregation its full-batch gradient matches (None: no
-    class can be named); ``assign``: each configuration's rows' ranks and micro-batches.
+    class can be named); ``assign``: each configuration's rows' ranks and micro-batches;
+    ``counts``: ``(tokens, responses)`` of the scopes outside the batch's mask.
     """
 
     scores: npt.NDArray[np.float64]
@@ -431,21 +444,15 @@ class Judge:
     mode: str | None
     assign: Assign
     constant: float | None = None
-    generation_counts: tuple[float, float] | None = None
+    counts: Mapping[str, tuple[float, float]] | None = None
 
-    def name(
+    def _found(
         self,
         runs: Mapping[tuple[int, int, str], Mapping[str, object]],
-        W: int,
-        M: int,
-        split: str,
+        keys: Sequence[tuple[int, int, str]],
         declared: str,
-        c: float,
-    ) -> str | None:
-        """``scaleout_gradient[W, M]``'s FAIL message naming the one class every probe confirms, or None."""
-        if self.mode is None:
-            return None
-        keys = [(W, M, split), (1, M, "whole-groups"), (1, M + 1, "whole-groups"), (W, 1, split)]
+        mode: str,
+    ) -> tuple[list[Hypothesis], list[tuple[int, int, str]]]:
         grads = {}
         for key in dict.fromkeys(keys):
             run = runs.get(key)
@@ -456,27 +463,62 @@ class Judge:
             self.scores,
             self.advantages,
             self.mask,
-            self.mode,
+            mode,
             assign=self.assign,
             constant=self.constant,
-            generation_counts=self.generation_counts,
+            counts=self.counts,
             candidates=HYPOTHESES[2:],
         )
+        return found, list(grads)
+
+    @staticmethod
+    def _words(found: Sequence[Hypothesis], mode: str, where: Sequence[tuple[int, int, str]]) -> str:
+        h = found[0]
+        unit = "token" if mode == "token-mean" else "response"
+        probes = ", ".join(f"({w}, {m})" for w, m, _ in where)
+        text = (
+            f"{h.why}. Confirmed: the gradient this normaliser predicts ({mode}) equals the measured one at "
+            f"every probe (W, M) = {probes}"
+        )
+        if len(found) > 1:
+            text += f" (so does {', '.join(o.name for o in found[1:])}: these probes cannot tell them apart)"
+        return h.label.format(unit=unit) + ": {measured}; " + text
+
+    def name(
+        self,
+        runs: Mapping[tuple[int, int, str], Mapping[str, object]],
+        W: int,
+        M: int,
+        split: str,
+        declared: str,
+        c: float,
+    ) -> str | None:
+        """``scaleout_gradient[W, M]``'s FAIL message naming the class every probe confirms, or None."""
+        if self.mode is None:
+            return None
+        keys = [(W, M, split), (1, M, "whole-groups"), (1, M + 1, "whole-groups"), (W, 1, split)]
+        found, where = self._found(runs, keys, declared, self.mode)
         if not found:
             return None
-        h = found[0]
-        unit = "token" if self.mode == "token-mean" else "response"
         other = READINGS[1 - READINGS.index(declared)]
         c_other = c / M if other == "mean-over-micro-batches" else c * M
-        where = ", ".join(f"({w}, {m})" for w, m, _ in grads)
-        return (
-            f"{h.label.format(unit=unit)}: the accumulated, rank-averaged gradient is {c:.3g}x the "
-            f"full-batch gradient at W = {W}, M = {M} under loss_scale={declared!r} ({c_other:.3g}x under "
-            f"{other!r}); {h.why}. Confirmed: the gradient this normaliser predicts ({self.mode}) equals "
-            f"the measured one at every probe (W, M) = {where}"
-            + (
-                f" (so does {', '.join(o.name for o in found[1:])}: these probes cannot tell them apart)"
-                if len(found) > 1
-                else ""
-            )
+        measured = (
+            f"the accumulated, rank-averaged gradient is {c:.3g}x the full-batch gradient at W = {W}, "
+            f"M = {M} under loss_scale={declared!r} ({c_other:.3g}x under {other!r})"
         )
+        return self._words(found, self.mode, where).format(measured=measured)
+
+    def name_prediction(
+        self,
+        runs: Mapping[tuple[int, int, str], Mapping[str, object]],
+        aggregation: str,
+        declared: str,
+        c: float,
+    ) -> str | None:
+        """Why the full-batch gradient is ``c`` times the declared ``aggregation``'s prediction: the
+        class (a count outside the mask the loss is applied with) that every run confirms, or None."""
+        found, where = self._found(runs, list(runs), declared, aggregation)
+        if not found:
+            return None
+        measured = f"the full-batch gradient is {c:.3g}x the {aggregation} prediction"
+        return self._words(found, aggregation, where).format(measured=measured)

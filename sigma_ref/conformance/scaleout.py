@@ -333,11 +333,29 @@ def _n_groups(world_size: int, sizes: str = "equal") -> int:
     return max(n, world_size * (world_size + 1) // 2) if sizes == "uneven" else n
 
 
-def _generation_counts(seed: int, n_groups: int, steps: int) -> tuple[int, int]:
-    """Tokens and responses of a generation batch of ``steps`` optimizer steps: the judged step's
-    batch (seed ``seed``) and ``steps - 1`` more designed alike (seeds ``seed + 1 ..``)."""
-    masks = [_design_batch(seed + k, n_groups).mask for k in range(steps)]
-    return int(sum(m.sum() for m in masks)), int(sum((m.sum(-1) > 0).sum() for m in masks))
+def _job_batch(seed: int, n_groups: int, mask_truncated: bool) -> _Batch:
+    """The designed batch; ``mask_truncated``: the responses that reach the padded length T lose
+    their whole mask (TRL's ``mask_truncated_completions``, verl's overlong filter)."""
+    batch = _design_batch(seed, n_groups)
+    if not mask_truncated:
+        return batch
+    return dataclasses.replace(batch, mask=batch.mask * (batch.mask.sum(-1, keepdims=True) < _T))
+
+
+def _counts(mask: np.ndarray) -> tuple[int, int]:
+    return int(mask.sum()), int((mask.sum(-1) > 0).sum())
+
+
+def _outside_counts(job: _JobConfig, n_groups: int) -> dict[str, tuple[int, int]]:
+    """``(tokens, responses)`` of the scopes a loss may wrongly count over: the generation batch of
+    ``steps_per_generation`` optimizer steps (the judged step's batch and ``S - 1`` more designed
+    alike, seeds ``seed + 1 ..``), and the mask before truncated responses were masked."""
+    seed, steps, truncated = job["seed"], job["steps_per_generation"], job["mask_truncated"]
+    masks = [_job_batch(seed + k, n_groups, truncated).mask for k in range(steps)]
+    out = {"generation": (sum(_counts(m)[0] for m in masks), sum(_counts(m)[1] for m in masks))}
+    if truncated:
+        out["before-mask"] = _counts(_design_batch(seed, n_groups).mask)
+    return out
 
 
 def _token_logp(theta: torch.Tensor, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -449,6 +467,8 @@ class _JobConfig(TypedDict):
     plan: list[_Key]
     sizes: str
     steps_per_generation: int
+    mask_truncated: bool
+    pad_value: float | None
 
 
 class _LaunchConfig(TypedDict):
@@ -537,8 +557,8 @@ def _run_job(
     """One job's plan on this rank: rank 0's results per configuration (None where it is not a member)."""
     import torch.distributed as dist
 
-    batch = _design_batch(job["seed"], _n_groups(W, job["sizes"]))
-    generation = _generation_counts(job["seed"], _n_groups(W, job["sizes"]), job["steps_per_generation"])
+    batch = _job_batch(job["seed"], _n_groups(W, job["sizes"]), job["mask_truncated"])
+    generation = _outside_counts(job, _n_groups(W, job["sizes"]))["generation"]
     adv_fn, layout, loss_fn = _resolve(job["impl"], job["layout"], job["loss"])
     loss_kw = _declared(loss_fn, 4, list(GLOBALS), "the loss")
     adv_kw = _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
@@ -569,6 +589,8 @@ def _run_job(
         for j, piece in enumerate(pieces):
             r = rows_t[torch.tensor(piece, device=device)]
             logp = _token_logp(theta, feats[r], tokens[r])
+            if job["pad_value"] is not None:  # padded log-probs holding NaN or inf, on the gradient's path
+                logp = logp + torch.where(mask[r] > 0, 0.0, job["pad_value"]).to(logp.dtype)
             values = loss_globals(
                 batch.mask[rows[piece]],
                 rank_mask=batch.mask[rows],
@@ -846,11 +868,23 @@ def _analyse(
     loss_scale: str,
     constant: float | None = None,
     sizes: str = "equal",
-    generation: tuple[int, int] | None = None,
+    counts: Mapping[str, tuple[int, int]] | None = None,
+    pad_value: float | None = None,
 ) -> list[ScaleoutResult]:
     results = []
     full = runs[(1, 1, "whole-groups")]
     g_full, a_full = np.asarray(full["grad"]), np.asarray(full["advantages"])
+    if not np.isfinite(g_full).all():
+        why = (
+            f" with logp = {pad_value} at the masked positions: it reaches the loss (NaN * 0 is NaN, and so "
+            "is its gradient); select with torch.where or masked_fill on the inputs before any arithmetic, "
+            "not by multiplying with the mask"
+            if pad_value is not None
+            else ""
+        )
+        return [
+            ScaleoutResult("scaleout_padding", "FAIL", None, f"the full-batch gradient is not finite{why}")
+        ]
     M = max(Ms)  # the advantages are computed before micro-batching: one M is enough
     a = np.asarray(runs[(W, M, split)]["advantages"])
     adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
@@ -903,7 +937,7 @@ def _analyse(
         matches[0] if matches else None,
         lambda w, m, s: _assignment(batch, w, m, s, sizes),
         constant,
-        generation,
+        counts,
     )
     for M in Ms:
         results += _per_split(
@@ -988,6 +1022,8 @@ def _per_split(
                 if ef > _RTOL
                 else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
             )
+            named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and ef > _RTOL else None
+            why += f". {named}" if named else ""
             results.append(
                 ScaleoutResult(
                     prop,
@@ -1136,6 +1172,8 @@ class ScaleoutJob:
     aggregation_constant: float | None = None
     sizes: str = "uneven"
     steps_per_generation: int = 1
+    mask_truncated: bool = False
+    pad_value: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1196,7 +1234,11 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         )
     _declared(loss_fn, 4, list(GLOBALS), "the loss")
     _declared(adv_fn, 1 if layout == "grouped" else 2, ADVANTAGE_GLOBALS, "the advantage function")
-    batch = _design_batch(job.seed, _n_groups(world_size, job.sizes))
+    if not isinstance(job.mask_truncated, bool):
+        raise TypeError(f"mask_truncated={job.mask_truncated!r} must be a bool")
+    if job.pad_value is not None and not isinstance(job.pad_value, int | float):
+        raise TypeError(f"pad_value={job.pad_value!r} must be a float (e.g. float('nan')) or None")
+    batch = _job_batch(job.seed, _n_groups(world_size, job.sizes), job.mask_truncated)
     per_rank = min(len(_shard_rows(batch, world_size, r, split, job.sizes)) for r in range(world_size))
     if max(Ms) > per_rank:
         raise ValueError(
@@ -1223,6 +1265,8 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         "plan": list(dict.fromkeys(plan)),
         "sizes": job.sizes,
         "steps_per_generation": steps,
+        "mask_truncated": job.mask_truncated,
+        "pad_value": None if job.pad_value is None else float(job.pad_value),
     }
     return _Prepared(job, config, batch, W, Ms)
 
@@ -1266,7 +1310,7 @@ def run_scaleout_many(
     since = start
     for p, (outcome, ended) in zip(prepared, outcomes, strict=True):
         analysed = time.monotonic()
-        W, Ms, S = p.world_size, p.Ms, p.job.steps_per_generation
+        W, Ms = p.world_size, p.Ms
         if isinstance(outcome, _RunError):
             prop = f"scaleout[W={W},M={','.join(map(str, Ms))}]"
             results = [ScaleoutResult(prop, "FAIL", None, outcome.message)]
@@ -1282,7 +1326,8 @@ def run_scaleout_many(
                 loss_scale=p.job.loss_scale,
                 constant=p.job.aggregation_constant,
                 sizes=p.job.sizes,
-                generation=_generation_counts(p.job.seed, int(p.batch.index.max()) + 1, S) if S > 1 else None,
+                counts=_outside_counts(p.config, int(p.batch.index.max()) + 1),
+                pad_value=p.job.pad_value,
             )
         seconds = (ended - since) + (time.monotonic() - analysed)
         reports.append(ScaleoutReport(tuple(results), W, Ms, backend, seconds))
@@ -1306,6 +1351,8 @@ def run_scaleout(
     aggregation_constant: float | None = None,
     sizes: str = "uneven",
     steps_per_generation: int = 1,
+    mask_truncated: bool = False,
+    pad_value: float | None = None,
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
 
@@ -1320,7 +1367,10 @@ def run_scaleout(
     ``sizes``: ``uneven`` (ranks and micro-batches hold different numbers of responses and tokens)
     or ``equal`` (:mod:`~.normalisers`). ``steps_per_generation``: S, the optimizer steps of one
     generation batch; the judged step's loss may ask for ``generation_num_tokens``/``_seqs``, the
-    counts of all S steps' batches, and must not normalise by them.
+    counts of all S steps' batches, and must not normalise by them. ``mask_truncated``: the
+    responses reaching the padded length lose their mask (TRL's ``mask_truncated_completions``):
+    counts must be of the mask the loss gets. ``pad_value``: fill ``logp`` (and so ``old_logp``) at
+    masked positions with it (``float('nan')``, ``float('inf')``): the loss must not let it through.
     ``loss_scale``: the trainer's reading as the user declares it (module doc); the check measures
     both readings and judges the one the loss is right under (the declaration is reported). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
@@ -1350,6 +1400,8 @@ def run_scaleout(
         aggregation_constant=aggregation_constant,
         sizes=sizes,
         steps_per_generation=steps_per_generation,
+        mask_truncated=mask_truncated,
+        pad_value=pad_value,
     )
     (report,) = run_scaleout_many([job], world_size=world_size, backend=backend)
     return report
