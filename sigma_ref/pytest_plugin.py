@@ -340,6 +340,10 @@ def scaleout_report(config: pytest.Config) -> Any:
                 timeout=config.getoption("sigma_ref_scaleout_timeout"),
                 seed=conformance_seed(config) or 0,
                 backend=config.getoption("sigma_ref_backend"),
+                sizes=config.getoption("sigma_ref_split_sizes"),
+                steps_per_generation=config.getoption("sigma_ref_steps_per_generation"),
+                mask_truncated=config.getoption("sigma_ref_mask_truncated"),
+                pad_value=config.getoption("sigma_ref_pad_value"),
             )
         except (ValueError, TypeError) as exc:  # options that do not fit: said by each level-5 test
             config.stash[_SCALEOUT_KEY] = exc

@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from .._options import LOSS_SCALES, SPLIT_SIZES
 from ..objectives import aggregation_weights, effective_weights
 
 __all__ = [
@@ -61,10 +62,10 @@ __all__ = [
     "identify",
 ]
 
-#: How a batch is cut into ranks and micro-batches (module doc).
-SIZES: tuple[str, ...] = ("uneven", "equal")
+#: How a batch is cut into ranks and micro-batches (module doc; ``--split-sizes``).
+SIZES: tuple[str, ...] = SPLIT_SIZES
 #: The two readings of the trainer's accumulation scaling (``--loss-scale``).
-READINGS: tuple[str, ...] = ("none", "mean-over-micro-batches")
+READINGS: tuple[str, ...] = LOSS_SCALES
 
 #: Relative tolerance of a match: float64 throughout, only summation order separates an exact
 #: prediction from the measured gradient (the scale-out check's own ``_RTOL``).

@@ -217,6 +217,8 @@ def oracle_loss(
         num_seqs=global_num_seqs,
         constant=horizon if aggregation == "seq-mean-token-sum-norm" else None,
     ).to(logp.dtype)
+    keep = mask > 0  # padding (NaN, inf) is selected out before any arithmetic: NaN * 0 is NaN
+    logp, old_logp = torch.where(keep, logp, 0.0), torch.where(keep, old_logp, 0.0)
     ratio = torch.exp(logp - old_logp)
     adv = advantages.reshape(-1, 1).to(logp.dtype)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 0.8, 1.2) * adv)
@@ -882,9 +884,8 @@ def _analyse(
             if pad_value is not None
             else ""
         )
-        return [
-            ScaleoutResult("scaleout_padding", "FAIL", None, f"the full-batch gradient is not finite{why}")
-        ]
+        prop = f"scaleout_gradient[padding={pad_value}]"
+        return [ScaleoutResult(prop, "FAIL", None, f"the full-batch gradient is not finite{why}")]
     M = max(Ms)  # the advantages are computed before micro-batching: one M is enough
     a = np.asarray(runs[(W, M, split)]["advantages"])
     adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
@@ -1456,6 +1457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout=args.scaleout_timeout,
             seed=args.seed,
             backend=args.backend,
+            sizes=args.split_sizes,
+            steps_per_generation=args.steps_per_generation,
+            mask_truncated=args.mask_truncated,
+            pad_value=args.pad_value,
         )
     except (ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -284,7 +284,7 @@ WRONG = [
         "token_mean_micro",
         f"{M}:token_mean_micro",
         aggregation="token-mean",
-        expect=("normaliser computed per micro-batch", "at M = 2"),
+        expect=("normaliser computed per micro-batch", "at W = 2, M = 2"),
     ),
     Case(
         "token_mean_rank",
@@ -299,7 +299,7 @@ WRONG = [
         loss_scale="mean-over-micro-batches",
         # its micro-batch sums add up to its full-batch sum (right under the reading 'none'), which
         # lacks seq-mean-token-sum-norm's 1/N_seq: the verdict does not depend on the declared 1/M
-        expect=("the loss does not aggregate as declared", "under which it is 0.5x"),
+        expect=("the loss does not aggregate as declared",),
     ),
     Case(
         "token_mean_no_dp_size",
