@@ -191,6 +191,23 @@ def test_a_named_class_reaches_the_report() -> None:
     assert "(0.25x under 'mean-over-micro-batches')" in grad.message
 
 
+def test_a_prompt_mean_loss_is_detected_and_judged_at_level_5() -> None:
+    """A gradient with the prompt-mean weights at every split: noted as prompt-mean undeclared, and
+    every property passes when it is declared."""
+    batch = _design(2)
+    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
+    g = scaleout._prediction(batch, adv, "prompt-mean")
+    assert not np.allclose(g, scaleout._prediction(batch, adv, "token-mean"))
+    keys = [(1, 1), (2, 2), (1, 2), (1, 3), (2, 1)]
+    runs = {(w, m, "whole-groups"): {"grad": g.tolist(), "advantages": adv.tolist()} for w, m in keys}
+    kw = {"W": 2, "Ms": (2,), "split": "whole-groups", "loss_scale": "none", "sizes": "uneven"}
+    noted = scaleout._analyse(runs, batch, aggregation=None, **kw)  # type: ignore[arg-type]
+    assert [r.verdict for r in noted] == ["PASS", "NOTE", "PASS"]
+    assert "detected on the full batch: prompt-mean" in noted[1].message
+    declared = scaleout._analyse(runs, batch, aggregation="prompt-mean", **kw)  # type: ignore[arg-type]
+    assert all(r.verdict == "PASS" for r in declared), [r.line() for r in declared]
+
+
 def test_a_scope_outside_the_batch_needs_its_counts() -> None:
     batch = _design(1)
     h = next(h for h in nm.HYPOTHESES if h.scope == "generation")

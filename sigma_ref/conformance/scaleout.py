@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
 from ..conventions import AGGREGATION_MODES
-from ..objectives import aggregation_weights
+from ..objectives import PROMPT_MEAN, aggregation_weights, prompt_mean_weights
 from .adapter import LAYOUTS, Adapter, load_object
 from .normalisers import SIZES, Judge, judge_reading, split_pieces, token_scores
 
@@ -845,7 +845,10 @@ def _prediction(
     logp = _token_logp(theta, torch.tensor(batch.feats), torch.tensor(batch.tokens))
     mask = torch.tensor(batch.mask)
     # the oracle's weights: seq-mean-token-sum-norm's 1 / (N_seq C), C = T unless declared
-    w = aggregation_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
+    if mode == PROMPT_MEAN:  # a token mean per prompt group, then a mean over prompts
+        w = prompt_mean_weights(mask, batch.index)
+    else:
+        w = aggregation_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
     torch.autograd.backward(-(w * torch.tensor(advantages)[:, None] * logp).sum())
     grad = theta.grad
     if grad is None:  # pragma: no cover - logp depends on theta
@@ -920,12 +923,14 @@ def _analyse(
 
     # the aggregation, on the full batch
     matches = [
-        mode for mode in AGGREGATION_MODES if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL
+        mode
+        for mode in (*AGGREGATION_MODES, PROMPT_MEAN)
+        if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL
     ]
     detected = (
         f"detected on the full batch: {matches[0]}"
         if matches
-        else "the full batch matches none of the five modes"
+        else "the full batch matches none of the five modes nor prompt-mean"
     )
     if aggregation is None:
         results.append(
@@ -935,7 +940,7 @@ def _analyse(
         token_scores(batch.theta, batch.feats, batch.tokens),
         a_full,
         batch.mask,
-        matches[0] if matches else None,
+        matches[0] if matches and matches[0] in AGGREGATION_MODES else None,
         lambda w, m, s: _assignment(batch, w, m, s, sizes),
         constant,
         counts,
@@ -1023,7 +1028,8 @@ def _per_split(
                 if ef > _RTOL
                 else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
             )
-            named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and ef > _RTOL else None
+            countable = judge is not None and ef > _RTOL and aggregation in AGGREGATION_MODES
+            named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
             why += f". {named}" if named else ""
             results.append(
                 ScaleoutResult(
@@ -1211,8 +1217,10 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
             f"steps_per_generation={steps!r} must be a positive int: the optimizer steps one generation "
             "batch is cut into (TRL's steps_per_generation, verl's ppo_mini_batch_size ratio)"
         )
-    if aggregation is not None and aggregation not in AGGREGATION_MODES:
-        raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATION_MODES} or None (detect)")
+    if aggregation is not None and aggregation not in (*AGGREGATION_MODES, PROMPT_MEAN):
+        raise ValueError(
+            f"aggregation={aggregation!r} must be one of {(*AGGREGATION_MODES, PROMPT_MEAN)} or None (detect)"
+        )
     constant = job.aggregation_constant
     if constant is not None and not (
         isinstance(constant, int | float) and math.isfinite(constant) and constant > 0
