@@ -241,3 +241,84 @@ assert detected == {
 same = torch.ones(4, 5, dtype=torch.float64)
 assert O.detect_aggregation(O.aggregation_weights(same, "seq-mean-token-mean"), same) == ("token-mean", None)
 detected
+
+# %% [markdown]
+# ## Beside the five modes: `prompt-mean`
+#
+# Some trainers average per prompt: a token mean inside each prompt's group, then a mean over
+# the `P` prompts, `L = (1/P) sum_g (1/N_tok(g)) sum_{i in g} sum_t ell_it`. So
+#
+# `w_it = 1 / (P N_tok(g(i)))` on unmasked tokens,
+#
+# every group weighs `1/P` whatever its length, and all weights sum to 1. Below: the loss
+# built the way the code builds it (a loop over prompts), its update against `w`, and the two
+# cases where it coincides with a mode (equal token counts per group: `token-mean`; one
+# response per group: `seq-mean-token-mean`). The oracle is
+# `sigma_ref.objectives.prompt_mean_weights(mask, index)`.
+
+# %%
+p_lengths, p_index = [2, 3, 1, 4, 3], [0, 0, 0, 1, 1]  # 6 tokens in prompt 0, 7 in prompt 1
+Np, Tp = len(p_lengths), 4
+pmask = sp.Matrix(Np, Tp, lambda i, t: 1 if t < p_lengths[i] else 0)
+pA = sp.symbols(f"A0:{Np}", real=True)
+pU = sp.Matrix(Np, Tp, lambda i, t: sp.Symbol(f"v{i}{t}", real=True))
+plogp = sp.Matrix(Np, Tp, lambda i, t: sp.Symbol(f"e{i}{t}", real=True)) + theta * pU
+ptok = sp.Matrix(Np, Tp, lambda i, t: -pA[i] * plogp[i, t] * pmask[i, t])
+prompts = sorted(set(p_index))
+group_tokens = {g: sum(sum(pmask.row(i)) for i in range(Np) if p_index[i] == g) for g in prompts}
+loss_pm = sum(
+    sum(sum(ptok.row(i)) for i in range(Np) if p_index[i] == g) / group_tokens[g] for g in prompts
+) / len(prompts)
+w_pm = [sp.Rational(1, len(prompts) * group_tokens[p_index[i]]) for i in range(Np)]
+update_pm = -sp.diff(loss_pm, theta)
+predicted = sum(pA[i] * w_pm[i] * sum(pU[i, t] * pmask[i, t] for t in range(Tp)) for i in range(Np))
+assert sp.expand(update_pm - predicted) == 0
+assert sum(w_pm[i] * sum(pmask.row(i)) for i in range(Np)) == 1
+for g in prompts:
+    assert sum(w_pm[i] * sum(pmask.row(i)) for i in range(Np) if p_index[i] == g) == sp.Rational(
+        1, len(prompts)
+    )
+w_pm
+
+# %% [markdown]
+# **When it is another mode.** With `n_g = N_tok(g)` and `N_tok = sum_g n_g`,
+# `1/(P n_g) = 1/N_tok` for every `g` iff `n_g = N_tok/P` for every `g`: prompt-mean is
+# token-mean exactly when every group holds as many tokens. With one response per group,
+# `n_g = |y_i|` and `P = N_seq`: it is seq-mean-token-mean.
+
+# %%
+n = sp.symbols("n0:3", positive=True)
+P = len(n)
+equal = {n[1]: n[0], n[2]: n[0]}
+assert all(sp.simplify((1 / (P * n[g]) - 1 / sum(n)).subs(equal)) == 0 for g in range(P))
+solved = sp.solve([sp.Eq(1 / (P * n[g]), 1 / sum(n)) for g in range(P)], n[1:], dict=True)
+assert solved == [{n[1]: n[0], n[2]: n[0]}]  # the only solution: equal counts
+solved
+
+# %% [markdown]
+# **The oracle.** On a random padded batch, the weights a prompt-mean loss written with a
+# Python loop over prompts puts on each token (measured by autograd as `-dL/dlogp_it / A_i`)
+# equal `prompt_mean_weights`; `detect_aggregation(..., index=)` names it, and without the
+# index (or with one prompt per response) it reads as the mode it coincides with.
+
+# %%
+g_rng = torch.Generator().manual_seed(8)
+lens = torch.randint(1, 7, (9,), generator=g_rng)
+pm_mask = (torch.arange(6)[None, :] < lens[:, None]).to(torch.float64)
+pm_index = torch.tensor([3, 3, 3, 7, 7, 1, 1, 1, 1])
+pm_adv = torch.randn(9, generator=g_rng, dtype=torch.float64)
+pm_logp = torch.randn(9, 6, generator=g_rng, dtype=torch.float64).requires_grad_(True)
+terms = []
+for g in pm_index.unique():
+    rows = pm_index == g
+    per_token = -pm_adv[rows, None] * pm_logp[rows] * pm_mask[rows]
+    terms.append(per_token.sum() / pm_mask[rows].sum())
+(sum(terms) / len(terms)).backward()
+measured = -pm_logp.grad / pm_adv[:, None]
+oracle_pm = O.prompt_mean_weights(pm_mask, pm_index)
+assert torch.allclose(measured, oracle_pm, rtol=1e-13, atol=0)
+assert O.detect_aggregation(measured, pm_mask, index=pm_index) == ("prompt-mean", None)
+assert O.detect_aggregation(measured, pm_mask) is None
+one_each = O.prompt_mean_weights(pm_mask, torch.arange(9))
+assert O.detect_aggregation(one_each, pm_mask, index=torch.arange(9)) == ("seq-mean-token-mean", None)
+oracle_pm

@@ -23,6 +23,7 @@ __all__ = [
     "LAYOUTS",
     "SPLITS",
     "LOSS_SCALES",
+    "SPLIT_SIZES",
     "RETURNS",
     "KEEP_METRICS",
     "OBJECTIVES",
@@ -47,6 +48,8 @@ LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mas
 #: Level 5: how groups are sharded over ranks, and who scales micro-batch losses.
 SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
+#: Level 5: ranks and micro-batches with different response counts, or equal ones.
+SPLIT_SIZES: tuple[str, ...] = ("uneven", "equal")
 #: Layout token: what the returns may be declared to equal (``Adapter.returns``).
 RETURNS: tuple[str, ...] = ("advantages",)
 #: A keep-mask filter's metric (``Adapter.keep_metric``): k counted on the accuracy or the reward.
@@ -332,9 +335,40 @@ OPTIONS: tuple[Option, ...] = (
         group="scale-out",
     ),
     Option(
+        "split-sizes",
+        "level 5: uneven: ranks and micro-batches hold different numbers of responses and tokens (verl's "
+        "use_dynamic_bsz); equal: a fixed per-device batch (TRL's per_device_train_batch_size)",
+        default="uneven",
+        choices=SPLIT_SIZES,
+        group="scale-out",
+    ),
+    Option(
+        "steps-per-generation",
+        "level 5: optimizer steps per generation batch (TRL's steps_per_generation); the loss may ask for "
+        "generation_num_tokens/_seqs and must normalise by the step's counts",
+        default=1,
+        metavar="S",
+        type=_positive_int,
+        group="scale-out",
+    ),
+    Option(
+        "mask-truncated",
+        "level 5: responses reaching the padded length lose their mask (TRL's mask_truncated_completions)",
+        flag=True,
+        group="scale-out",
+    ),
+    Option(
+        "pad-value",
+        "level 5: fill logp at masked positions with this (nan, inf): it must not reach the loss",
+        metavar="X",
+        type=float,
+        group="scale-out",
+    ),
+    Option(
         "loss-scale",
-        "level 5: none: micro-batch gradients are added as they are; mean-over-micro-batches: each "
-        "loss is divided by M first",
+        "level 5: the trainer's accumulation scaling as declared (none: micro-batch gradients are added; "
+        "mean-over-micro-batches: each loss is divided by M); both are measured and the one the loss is "
+        "right under is judged",
         default="none",
         choices=LOSS_SCALES,
         group="scale-out",

@@ -38,6 +38,7 @@ __all__ = [
     "AGGREGATION_ALIASES",
     "resolve_aggregation",
     "aggregation_weights",
+    "prompt_mean_weights",
     "detect_aggregation",
     "effective_weights",
     "Objective",
@@ -158,7 +159,44 @@ def _count(value: float, name: str, what: str) -> torch.Tensor:
     return torch.tensor(float(value), dtype=torch.float64)
 
 
-def detect_aggregation(weights: Any, mask: Any, *, rtol: float = _TOL) -> tuple[str, float | None] | None:
+#: The aggregation beside the five modes that needs the prompt (group) of every row.
+PROMPT_MEAN = "prompt-mean"
+
+
+def prompt_mean_weights(mask: Any, index: Any) -> torch.Tensor:
+    """Per-token weights of the ``prompt-mean`` aggregation: a token mean per prompt group, then a mean
+    over the prompts, ``w_it = mask_it / (P * N_tok(g(i)))``.
+
+    ``index [N]``: each row's prompt (group id, any integers); ``N_tok(g)`` the unmasked tokens of
+    group ``g``; ``P`` the groups with at least one token. Every non-empty group's weights sum to
+    ``1/P`` and all weights to 1; it equals ``token-mean`` iff every group holds as many tokens,
+    and ``seq-mean-token-mean`` when each group is one response (``proofs/08_aggregation.py``).
+
+    >>> mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    >>> prompt_mean_weights(mask, [0, 0, 1])
+    tensor([[0.1667, 0.1667, 0.0000],
+            [0.1667, 0.0000, 0.0000],
+            [0.1667, 0.1667, 0.1667]], dtype=torch.float64)
+    """
+    m = _mask(mask)
+    ids = torch.as_tensor(index).detach().cpu()
+    if tuple(ids.shape) != (m.shape[0],) or ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(
+            f"index has shape {tuple(ids.shape)} and dtype {ids.dtype}; pass one integer group id per row "
+            f"of mask ({m.shape[0]} rows)"
+        )
+    _, inverse = torch.unique(ids.to(torch.int64), return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if m.shape[0] else 0
+    tokens = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, m.sum(-1))
+    prompts = (tokens > 0).sum()
+    if prompts == 0:
+        raise ValueError("mask has no unmasked token; prompt-mean of an empty batch is undefined")
+    return m / (prompts * tokens[inverse].clamp(min=1.0))[:, None]
+
+
+def detect_aggregation(
+    weights: Any, mask: Any, *, rtol: float = _TOL, index: Any = None
+) -> tuple[str, float | None] | None:
     """Recognise the aggregation mode from measured per-token weights: ``(mode, constant)`` or None.
 
     ``weights [N, T]`` are measured ``w_it`` (e.g. ``-dL/dlogp_it / A_i`` at ratio 1). They must
@@ -169,6 +207,8 @@ def detect_aggregation(weights: Any, mask: Any, *, rtol: float = _TOL) -> tuple[
     ``seq-mean-token-sum``, ``token-sum``, then ``seq-mean-token-sum-norm`` with
     ``C = 1 / (N_seq w)`` (rounded to an integer when within ``rtol``), which any other
     weight constant over the batch's tokens matches. ``constant`` is None except for that mode.
+    With ``index`` (each row's prompt), ``prompt-mean`` (:func:`prompt_mean_weights`) is tried
+    after the four count modes.
 
     >>> mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     >>> detect_aggregation(torch.tensor([[1 / 32, 1 / 32, 0], [1 / 32, 1 / 32, 1 / 32]]), mask)
@@ -195,6 +235,8 @@ def detect_aggregation(weights: Any, mask: Any, *, rtol: float = _TOL) -> tuple[
     for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"):
         if close(aggregation_weights(m, mode)):
             return mode, None
+    if index is not None and close(prompt_mean_weights(m, index)):
+        return PROMPT_MEAN, None
     value = w[on]
     if float(value.min()) <= 0 or not bool(
         torch.allclose(value, value[0].expand_as(value), rtol=rtol, atol=0)

@@ -332,6 +332,10 @@ def _scaleout_options(config: pytest.Config) -> Any:
         timeout=config.getoption("sigma_ref_scaleout_timeout"),
         backend=config.getoption("sigma_ref_backend"),
         rendezvous_host=config.getoption("sigma_ref_rendezvous_host", "127.0.0.1"),
+        sizes=config.getoption("sigma_ref_split_sizes", "uneven"),
+        steps_per_generation=config.getoption("sigma_ref_steps_per_generation", 1),
+        mask_truncated=config.getoption("sigma_ref_mask_truncated", False),
+        pad_value=config.getoption("sigma_ref_pad_value", None),
     )
 
 

@@ -103,7 +103,9 @@ def test_aggregation_weights_with_global_counts_by_hand() -> None:
     [
         ({"world_size": 0}, ValueError, "world_size=0 must be a positive int"),
         ({"micro_batches": 0}, ValueError, "micro_batches=0"),
-        ({"micro_batches": 13}, ValueError, "micro_batches=13 exceeds the 12 responses a rank holds"),
+        ({"micro_batches": 7}, ValueError, "micro_batches=7 exceeds the 6 responses a rank holds"),
+        ({"sizes": "ragged"}, ValueError, "sizes='ragged' must be one of"),
+        ({"steps_per_generation": 0}, ValueError, "steps_per_generation=0 must be a positive int"),
         ({"split": "halves"}, ValueError, "split='halves' must be one of"),
         ({"loss_scale": "sum"}, ValueError, "loss_scale='sum' must be one of"),
         ({"aggregation": "mean"}, ValueError, "aggregation='mean' must be one of"),
@@ -155,20 +157,20 @@ def _synthetic(factors: dict[tuple[int, int], float], *, mode: str = "token-mean
 
 
 @pytest.mark.parametrize(
-    ("factors", "loss_scale", "words"),
+    ("factors", "words"),
     [
-        ({(2, 2): 0.5, (1, 2): 0.5, (1, 3): 1 / 3}, "mean-over-micro-batches", "shrinks as 1/M"),
-        ({(2, 2): 2.0, (1, 2): 2.0, (1, 3): 3.0}, "none", "it grows as M"),
-        ({(2, 2): 0.5, (2, 1): 0.5}, "none", "world size not applied: the rank-averaged gradient is 0.5x"),
+        (
+            {(2, 2): 0.5, (2, 1): 0.5},
+            "world size not applied: the accumulated, rank-averaged gradient is 0.5x",
+        ),
         (
             {(2, 2): 1.7, (2, 1): 1.7},
-            "none",
             "token count not gathered across ranks: the rank-averaged gradient is 1.7x",
         ),
-        ({(2, 2): 0.8}, "none", "the normaliser depends on ranks and micro-batches jointly"),
+        ({(2, 2): 0.8}, "the normaliser depends on ranks and micro-batches jointly"),
     ],
 )
-def test_diagnosis_names_the_class_the_probes_show(factors: dict, loss_scale: str, words: str) -> None:
+def test_diagnosis_names_the_class_the_probes_show(factors: dict, words: str) -> None:
     s = _synthetic(factors)
     results = scaleout._analyse(
         s["runs"],
@@ -177,13 +179,47 @@ def test_diagnosis_names_the_class_the_probes_show(factors: dict, loss_scale: st
         Ms=(2,),
         split="whole-groups",
         aggregation="token-mean",
-        loss_scale=loss_scale,
+        loss_scale="none",
     )
     by_name = {r.property: r for r in results}
     grad = by_name["scaleout_gradient[W=2,M=2]"]
     assert grad.verdict == "FAIL" and words in grad.message, grad.message
     assert grad.factor == pytest.approx(factors[(2, 2)], rel=1e-12)
     assert by_name["scaleout_prediction[token-mean,W=2,M=2]"].verdict == "FAIL"
+
+
+@pytest.mark.parametrize(
+    ("factors", "declared", "right", "words"),
+    [
+        (
+            {(2, 2): 0.5, (1, 2): 0.5, (1, 3): 1 / 3},
+            "mean-over-micro-batches",
+            "none",
+            "Declared loss_scale='mean-over-micro-batches', under which it is 0.5x",
+        ),
+        ({(2, 2): 2.0, (1, 2): 2.0, (1, 3): 3.0}, "none", "mean-over-micro-batches", "under which it is 2x"),
+        ({}, "none", "none", ""),
+    ],
+)
+def test_the_accumulation_reading_is_measured_not_declared(
+    factors: dict, declared: str, right: str, words: str
+) -> None:
+    """A gradient 1/M (M) times the full batch's under the declared reading is exactly right under the
+    other: the verdict is PASS under the reading it is right under, and the summary says which."""
+    s = _synthetic(factors)
+    results = scaleout._analyse(
+        s["runs"],
+        s["batch"],
+        W=2,
+        Ms=(2,),
+        split="whole-groups",
+        aggregation="token-mean",
+        loss_scale=declared,
+    )
+    assert [r.verdict for r in results] == ["PASS", "PASS", "PASS"], [r.message for r in results]
+    grad = results[1].message
+    assert f"right under loss_scale={right!r}" in grad and words in grad, grad
+    assert ("Declared" in grad) == (right != declared)
 
 
 def test_undeclared_aggregation_is_detected_and_noted() -> None:
@@ -270,7 +306,8 @@ def test_crashing_rank_fails_at_once_and_leaves_no_process(started: list[subproc
 
 
 def test_cli_names_the_bug_class_with_its_factor(capsys: pytest.CaptureFixture[str]) -> None:
-    """One rank, M = 2: verl's old seq-mean-token-sum-norm under the trainer's 1/M is 0.5x, exit code 1."""
+    """One rank, M = 2: verl's old seq-mean-token-sum-norm (no 1/N_seq) FAILs its declared aggregation,
+    under either reading of the trainer's 1/M; exit code 1."""
     code = main(
         [
             "--impl",
@@ -291,11 +328,12 @@ def test_cli_names_the_bug_class_with_its_factor(capsys: pytest.CaptureFixture[s
     )
     out = capsys.readouterr().out
     assert code == 1, out
-    assert (
-        "FAIL scaleout_gradient[W=1,M=2]: normaliser computed per micro-batch: the accumulated gradient is "
-        "0.5x the full-batch gradient at M = 2" in out
-    )
-    assert "0.333x at M = 3: it shrinks as 1/M" in out
+    # its micro-batch sums add up to its own full-batch sum: right under the reading 'none', 0.5x under
+    # the declared 1/M; the verdict comes from the aggregation, not from the declaration
+    assert "PASS scaleout_gradient[W=1,M=2]" in out and "right under loss_scale='none'" in out
+    assert "Declared loss_scale='mean-over-micro-batches', under which it is 0.5x" in out
+    assert "FAIL scaleout_prediction[seq-mean-token-sum-norm,W=1,M=2]" in out
+    assert "the loss does not aggregate as declared" in out
     bad = ["--impl", ORACLE_ADV, "--layout", "grouped", "--loss", ORACLE_LOSS, "--split", "split-groups"]
     assert main(bad) == 2
     assert "split='split-groups' needs layout 'index'" in capsys.readouterr().err

@@ -43,7 +43,8 @@ class ScaleoutOptions:
 
     ``impl``/``loss``/``layout``/``output``: as given to the suite (``None``: the oracle, or the
     Adapter's own); ``world_size`` W; ``micro_batches``: every M checked; ``split``, ``loss_scale``,
-    ``timeout``, ``backend``, ``rendezvous_host``, ``seed``: :func:`~.scaleout.run_scaleout`'s.
+    ``timeout``, ``backend``, ``rendezvous_host``, ``seed``, and the normaliser patterns' ``sizes``,
+    ``steps_per_generation``, ``mask_truncated``, ``pad_value``: :func:`~.scaleout.run_scaleout`'s.
     """
 
     impl: str | None = None
@@ -58,6 +59,10 @@ class ScaleoutOptions:
     backend: str = "auto"
     rendezvous_host: str = RENDEZVOUS_HOST
     seed: int = 0
+    sizes: str = "uneven"
+    steps_per_generation: int = 1
+    mask_truncated: bool = False
+    pad_value: float | None = None
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -109,6 +114,10 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
                 seed=opts.seed,
                 backend=opts.backend,
                 rendezvous_host=opts.rendezvous_host,
+                sizes=opts.sizes,
+                steps_per_generation=opts.steps_per_generation,
+                mask_truncated=opts.mask_truncated,
+                pad_value=opts.pad_value,
             )
         except (ValueError, TypeError) as exc:
             memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {exc}", opts.describe()))

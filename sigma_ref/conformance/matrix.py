@@ -339,7 +339,13 @@ def _factor(result: Any) -> str:
 
 
 _BUG_CLASSES: tuple[str, ...] = (
+    "normaliser computed per micro-batch and averaged over micro-batches and ranks",
+    "normaliser computed per micro-batch and divided by M in the loss",
     "normaliser computed per micro-batch",
+    "accumulation division applied twice",
+    "normaliser computed per rank and averaged over ranks",
+    "response count not gathered across ranks",
+    "counted over the generation batch",
     "world size not applied",
     "token count not gathered across ranks",
     "group statistics computed on a rank's shard",
@@ -404,6 +410,7 @@ def _scaleout_reports(cells: Sequence[tuple[types.ModuleType, Any]], *, timeout:
                 aggregation=spec.aggregation,
                 aggregation_constant=spec.constant,
                 loss_scale=spec.loss_scale,
+                sizes=spec.sizes,
                 timeout=timeout,
             )
     reports = run_scaleout_many(list(jobs.values()), world_size=SCALEOUT_WORLD_SIZE)

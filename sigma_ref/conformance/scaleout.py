@@ -84,9 +84,10 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
 from ..conventions import AGGREGATION_MODES
-from ..objectives import aggregation_weights
+from ..objectives import PROMPT_MEAN, aggregation_weights, prompt_mean_weights
 from .adapter import LAYOUTS, LOSS_EXTRAS, Adapter, Batch, load_adapter
 from .levels import Verdict
+from .normalisers import SIZES, Judge, judge_reading, split_pieces, token_scores
 
 __all__ = [
     "GLOBALS",
@@ -128,6 +129,8 @@ GLOBALS: dict[str, str] = {
     "micro_batch_index": "which micro-batch this is, 0 .. M - 1",
     "process_group": "the torch.distributed group of the W ranks (for losses that all-reduce)",
     "aggregation": "the declared aggregation mode, or None",
+    "generation_num_tokens": "unmasked tokens in the generation batch (steps_per_generation optimizer steps)",
+    "generation_num_seqs": "responses with an unmasked token in the generation batch",
 }
 
 
@@ -233,6 +236,8 @@ def oracle_loss(
         num_seqs=global_num_seqs,
         constant=horizon if aggregation == "seq-mean-token-sum-norm" else None,
     ).to(logp.dtype)
+    keep = mask > 0  # padding (NaN, inf) is selected out before any arithmetic: NaN * 0 is NaN
+    logp, old_logp = torch.where(keep, logp, 0.0), torch.where(keep, old_logp, 0.0)
     ratio = torch.exp(logp - old_logp)
     adv = advantages.reshape(-1, 1).to(logp.dtype)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 0.8, 1.2) * adv)
@@ -344,8 +349,35 @@ def _design_batch(seed: int, n_groups: int) -> _Batch:
     )
 
 
-def _n_groups(world_size: int) -> int:
-    return 4 * math.ceil(world_size / 4)
+def _n_groups(world_size: int, sizes: str = "equal") -> int:
+    """Groups of the designed batch: 4 per 4 ranks; uneven shares of ``r + 1`` need ``W (W + 1) / 2``."""
+    n = 4 * math.ceil(world_size / 4)
+    return max(n, world_size * (world_size + 1) // 2) if sizes == "uneven" else n
+
+
+def _job_batch(seed: int, n_groups: int, mask_truncated: bool) -> _Batch:
+    """The designed batch; ``mask_truncated``: the responses that reach the padded length T lose
+    their whole mask (TRL's ``mask_truncated_completions``, verl's overlong filter)."""
+    batch = _design_batch(seed, n_groups)
+    if not mask_truncated:
+        return batch
+    return dataclasses.replace(batch, mask=batch.mask * (batch.mask.sum(-1, keepdims=True) < _T))
+
+
+def _counts(mask: np.ndarray) -> tuple[int, int]:
+    return int(mask.sum()), int((mask.sum(-1) > 0).sum())
+
+
+def _outside_counts(job: _JobConfig, n_groups: int) -> dict[str, tuple[int, int]]:
+    """``(tokens, responses)`` of the scopes a loss may wrongly count over: the generation batch of
+    ``steps_per_generation`` optimizer steps (the judged step's batch and ``S - 1`` more designed
+    alike, seeds ``seed + 1 ..``), and the mask before truncated responses were masked."""
+    seed, steps, truncated = job["seed"], job["steps_per_generation"], job["mask_truncated"]
+    masks = [_job_batch(seed + k, n_groups, truncated).mask for k in range(steps)]
+    out = {"generation": (sum(_counts(m)[0] for m in masks), sum(_counts(m)[1] for m in masks))}
+    if truncated:
+        out["before-mask"] = _counts(_design_batch(seed, n_groups).mask)
+    return out
 
 
 def _token_logp(theta: torch.Tensor, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -353,13 +385,28 @@ def _token_logp(theta: torch.Tensor, feats: torch.Tensor, tokens: torch.Tensor) 
     return torch.log_softmax(feats @ theta, dim=-1).gather(-1, tokens[..., None])[..., 0]
 
 
-def _shard_rows(batch: _Batch, world_size: int, rank: int, split: str) -> np.ndarray:
-    """Rows of ``rank``: a block of whole groups, or every group's members dealt round-robin."""
+def _shard_rows(batch: _Batch, world_size: int, rank: int, split: str, sizes: str = "equal") -> np.ndarray:
+    """Rows of ``rank``: a block of whole groups, or every group's members dealt over the ranks
+    (round-robin; ``sizes="uneven"``: blocks of positions, :func:`~.normalisers.split_pieces`)."""
     if split == "whole-groups":
-        groups = np.array_split(np.arange(int(batch.index.max()) + 1), world_size)[rank]
+        groups = split_pieces(int(batch.index.max()) + 1, world_size, sizes)[rank]
         return np.flatnonzero(np.isin(batch.index, groups))
     position = np.arange(batch.n) % _G
+    if sizes == "uneven" and world_size <= _G:
+        return np.flatnonzero(np.isin(position, split_pieces(_G, world_size, sizes)[rank]))
     return np.flatnonzero(position % world_size == rank)
+
+
+def _assignment(batch: _Batch, w: int, m: int, split: str, sizes: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's rank and micro-batch at ``(w, m, split)``, as the ranks cut the batch."""
+    rank = np.zeros(batch.n, dtype=np.int64)
+    micro = np.zeros(batch.n, dtype=np.int64)
+    for r in range(w):
+        rows = _shard_rows(batch, w, r, split, sizes)
+        rank[rows] = r
+        for j, piece in enumerate(split_pieces(len(rows), m, sizes)):
+            micro[rows[piece]] = j
+    return rank, micro
 
 
 # ---------------------------------------------------------------------------
@@ -456,6 +503,10 @@ class _JobConfig(TypedDict):
     aggregation: str | None
     loss_scale: str
     plan: list[_Key]
+    sizes: str
+    steps_per_generation: int
+    mask_truncated: bool
+    pad_value: float | None
 
 
 class _LaunchConfig(TypedDict):
@@ -550,7 +601,8 @@ def _run_job(
     """One job's plan on this rank: rank 0's results per configuration (None where it is not a member)."""
     import torch.distributed as dist
 
-    batch = _design_batch(job["seed"], _n_groups(W))
+    batch = _job_batch(job["seed"], _n_groups(W, job["sizes"]), job["mask_truncated"])
+    generation = _outside_counts(job, _n_groups(W, job["sizes"]))["generation"]
     adapter, loss_fn = _resolve(job["impl"], job["layout"], job["loss"], job["output"])
     loss_kw = [] if loss_fn is None else _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
     adv_kw = _advantage_globals(adapter)
@@ -566,7 +618,7 @@ def _run_job(
             continue
         tag = f"W={w}, M={m}, {split}"
         torch.manual_seed(job["seed"] + rank)  # code that draws (verl's clip_cov) draws the same every run
-        rows = _shard_rows(batch, w, rank, split)
+        rows = _shard_rows(batch, w, rank, split, job["sizes"])
         rows_t = torch.tensor(rows, device=device)
         say(f"the advantage function at {tag}")
         env: dict[str, object] = {"process_group": group, "rank": rank, "world_size": w, "dp_size": w}
@@ -578,11 +630,13 @@ def _run_job(
                 f"the advantage function returned shape {tuple(adv.shape)} for {len(rows)} rewards at {tag}"
             )
         theta = torch.tensor(batch.theta, device=device, requires_grad=True)
-        pieces = np.array_split(np.arange(len(rows)), m) if loss_fn is not None else []
+        pieces = split_pieces(len(rows), m, job["sizes"]) if loss_fn is not None else []
         for j, piece in enumerate(pieces):
             assert loss_fn is not None
             r = rows_t[torch.tensor(piece, device=device)]
             logp = _token_logp(theta, feats[r], tokens[r])
+            if job["pad_value"] is not None:  # padded log-probs holding NaN or inf, on the gradient's path
+                logp = logp + torch.where(mask[r] > 0, 0.0, job["pad_value"]).to(logp.dtype)
             values = loss_globals(
                 batch.mask[rows[piece]],
                 rank_mask=batch.mask[rows],
@@ -596,6 +650,7 @@ def _run_job(
             )
             # the objective inputs, this micro-batch's rows: neutral at ratio 1, as at levels 0 to 4
             values.update(dict.fromkeys(LOSS_EXTRAS, logp.detach()))
+            values["generation_num_tokens"], values["generation_num_seqs"] = generation
             say(f"the loss at {tag}, micro-batch {j}")
             out = loss_fn(
                 logp,
@@ -859,7 +914,10 @@ def _prediction(
     logp = _token_logp(theta, torch.tensor(batch.feats), torch.tensor(batch.tokens))
     mask = torch.tensor(batch.mask)
     # the oracle's weights: seq-mean-token-sum-norm's 1 / (N_seq C), C = T unless declared
-    w = aggregation_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
+    if mode == PROMPT_MEAN:  # a token mean per prompt group, then a mean over prompts
+        w = prompt_mean_weights(mask, batch.index)
+    else:
+        w = aggregation_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
     torch.autograd.backward(-(w * torch.tensor(advantages)[:, None] * logp).sum())
     grad = theta.grad
     if grad is None:  # pragma: no cover - logp depends on theta
@@ -883,10 +941,23 @@ def _analyse(
     aggregation: str | None,
     loss_scale: str,
     constant: float | None = None,
+    sizes: str = "equal",
+    counts: Mapping[str, tuple[int, int]] | None = None,
+    pad_value: float | None = None,
 ) -> list[ScaleoutResult]:
     results = []
     full = runs[(1, 1, "whole-groups")]
     a_full = np.asarray(full["advantages"])
+    if full["grad"] is not None and not np.isfinite(np.asarray(full["grad"])).all():
+        why = (
+            f" with logp = {pad_value} at the masked positions: it reaches the loss (NaN * 0 is NaN, and so "
+            "is its gradient); select with torch.where or masked_fill on the inputs before any arithmetic, "
+            "not by multiplying with the mask"
+            if pad_value is not None
+            else ""
+        )
+        prop = f"scaleout_gradient[padding={pad_value}]"
+        return [ScaleoutResult(prop, "FAIL", None, f"the full-batch gradient is not finite{why}")]
     M = max(Ms)  # the advantages are computed before micro-batching: one M is enough
     a = np.asarray(runs[(W, M, split)]["advantages"])
     adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
@@ -924,20 +995,43 @@ def _analyse(
 
     # the aggregation, on the full batch
     matches = [
-        mode for mode in AGGREGATION_MODES if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL
+        mode
+        for mode in (*AGGREGATION_MODES, PROMPT_MEAN)
+        if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL
     ]
     detected = (
         f"detected on the full batch: {matches[0]}"
         if matches
-        else "the full batch matches none of the five modes"
+        else "the full batch matches none of the five modes nor prompt-mean"
     )
     if aggregation is None:
         results.append(
             ScaleoutResult("scaleout_aggregation", "NOTE", None, f"no aggregation declared; {detected}")
         )
+    judge = Judge(
+        token_scores(batch.theta, batch.feats, batch.tokens),
+        a_full,
+        batch.mask,
+        matches[0] if matches and matches[0] in AGGREGATION_MODES else None,
+        lambda w, m, s: _assignment(batch, w, m, s, sizes),
+        constant,
+        counts,
+    )
     for M in Ms:
         results += _per_split(
-            runs, batch, g_full, a_full, W, M, split, aggregation, loss_scale, adv_ok, detected, constant
+            runs,
+            batch,
+            g_full,
+            a_full,
+            W,
+            M,
+            split,
+            aggregation,
+            loss_scale,
+            adv_ok,
+            detected,
+            constant,
+            judge,
         )
     return results
 
@@ -955,10 +1049,14 @@ def _per_split(
     adv_ok: bool,
     detected: str,
     constant: float | None = None,
+    judge: Judge | None = None,
 ) -> list[ScaleoutResult]:
     results = []
-    g = np.asarray(runs[(W, M, split)]["grad"])
-    # (a) the split gradient against the same code's full-batch gradient
+    # (a) the split gradient against the same code's full-batch gradient, under both readings of
+    # the trainer's accumulation scaling (measured, not declared: normalisers.readings)
+    split_grad = runs[(W, M, split)]["grad"]
+    assert split_grad is not None  # _per_split runs only with a loss
+    g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale)
     prop = f"scaleout_gradient[W={W},M={M}]"
     c, resid, err = _fit(g, g_full)
     if err <= _RTOL:
@@ -968,16 +1066,17 @@ def _per_split(
                 "pass",
                 c,
                 f"the accumulated, rank-averaged gradient equals the full-batch gradient "
-                f"(rel. error {err:.1g})",
+                f"(rel. error {err:.1g}){reading_text}",
             )
         )
     else:
+        named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c)
         results.append(
             ScaleoutResult(
                 prop,
                 "FAIL",
                 c,
-                _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation),
+                named or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation),
             )
         )
 
@@ -1003,6 +1102,9 @@ def _per_split(
                 if ef > _RTOL
                 else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
             )
+            countable = judge is not None and ef > _RTOL and aggregation in AGGREGATION_MODES
+            named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
+            why += f". {named}" if named else ""
             results.append(
                 ScaleoutResult(
                     prop,
@@ -1150,6 +1252,10 @@ class ScaleoutJob:
     seed: int = 0
     aggregation_constant: float | None = None
     output: str | int | None = None
+    sizes: str = "uneven"
+    steps_per_generation: int = 1
+    mask_truncated: bool = False
+    pad_value: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1175,8 +1281,21 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         raise ValueError(f"split={split!r} must be one of {SPLITS}")
     if loss_scale not in LOSS_SCALES:
         raise ValueError(f"loss_scale={loss_scale!r} must be one of {LOSS_SCALES}")
-    if aggregation is not None and aggregation not in AGGREGATION_MODES:
-        raise ValueError(f"aggregation={aggregation!r} must be one of {AGGREGATION_MODES} or None (detect)")
+    if job.sizes not in SIZES:
+        raise ValueError(
+            f"sizes={job.sizes!r} must be one of {SIZES} (uneven: ranks and micro-batches hold different "
+            "numbers of responses, as verl's use_dynamic_bsz; equal: a fixed per-device batch, as TRL's)"
+        )
+    steps = job.steps_per_generation
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(
+            f"steps_per_generation={steps!r} must be a positive int: the optimizer steps one generation "
+            "batch is cut into (TRL's steps_per_generation, verl's ppo_mini_batch_size ratio)"
+        )
+    if aggregation is not None and aggregation not in (*AGGREGATION_MODES, PROMPT_MEAN):
+        raise ValueError(
+            f"aggregation={aggregation!r} must be one of {(*AGGREGATION_MODES, PROMPT_MEAN)} or None (detect)"
+        )
     constant = job.aggregation_constant
     if constant is not None and not (
         isinstance(constant, int | float) and math.isfinite(constant) and constant > 0
@@ -1203,8 +1322,12 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
     if loss_fn is not None:
         _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
     _advantage_globals(adapter)
-    batch = _design_batch(job.seed, _n_groups(world_size))
-    per_rank = min(len(_shard_rows(batch, world_size, r, split)) for r in range(world_size))
+    if not isinstance(job.mask_truncated, bool):
+        raise TypeError(f"mask_truncated={job.mask_truncated!r} must be a bool")
+    if job.pad_value is not None and not isinstance(job.pad_value, int | float):
+        raise TypeError(f"pad_value={job.pad_value!r} must be a float (e.g. float('nan')) or None")
+    batch = _job_batch(job.seed, _n_groups(world_size, job.sizes), job.mask_truncated)
+    per_rank = min(len(_shard_rows(batch, world_size, r, split, job.sizes)) for r in range(world_size))
     if max(Ms) > per_rank:
         raise ValueError(
             f"micro_batches={max(Ms)} exceeds the {per_rank} responses a rank holds at "
@@ -1229,6 +1352,10 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         "aggregation": aggregation,
         "loss_scale": loss_scale,
         "plan": list(dict.fromkeys(plan)),
+        "sizes": job.sizes,
+        "steps_per_generation": steps,
+        "mask_truncated": job.mask_truncated,
+        "pad_value": None if job.pad_value is None else float(job.pad_value),
     }
     return _Prepared(job, config, batch, W, Ms)
 
@@ -1298,6 +1425,9 @@ def run_scaleout_many(
                 aggregation=p.job.aggregation,
                 loss_scale=p.job.loss_scale,
                 constant=p.job.aggregation_constant,
+                sizes=p.job.sizes,
+                counts=_outside_counts(p.config, int(p.batch.index.max()) + 1),
+                pad_value=p.job.pad_value,
             )
         seconds = (ended - since) + (time.monotonic() - analysed)
         reports.append(ScaleoutReport(tuple(results), W, Ms, backend, seconds))
@@ -1321,6 +1451,10 @@ def run_scaleout(
     aggregation_constant: float | None = None,
     output: str | int | None = None,
     rendezvous_host: str = RENDEZVOUS_HOST,
+    sizes: str = "uneven",
+    steps_per_generation: int = 1,
+    mask_truncated: bool = False,
+    pad_value: float | None = None,
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
 
@@ -1332,7 +1466,15 @@ def run_scaleout(
     ``aggregation_constant``: the ``C`` of a declared ``seq-mean-token-sum-norm``, whose weights are
     the oracle's ``1 / (N_seq C)``; None means ``C = T``, the padded length (verl's and TRL's
     default).
-    ``loss_scale``: ``none`` or ``mean-over-micro-batches`` (module doc). A hung or crashed
+    ``sizes``: ``uneven`` (ranks and micro-batches hold different numbers of responses and tokens)
+    or ``equal`` (:mod:`~.normalisers`). ``steps_per_generation``: S, the optimizer steps of one
+    generation batch; the judged step's loss may ask for ``generation_num_tokens``/``_seqs``, the
+    counts of all S steps' batches, and must not normalise by them. ``mask_truncated``: the
+    responses reaching the padded length lose their mask (TRL's ``mask_truncated_completions``):
+    counts must be of the mask the loss gets. ``pad_value``: fill ``logp`` (and so ``old_logp``) at
+    masked positions with it (``float('nan')``, ``float('inf')``): the loss must not let it through.
+    ``loss_scale``: the trainer's reading as the user declares it (module doc); the check measures
+    both readings and judges the one the loss is right under (the declaration is reported). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
     ``output``: where the advantages are in the result (a key or an index, the Adapter's ``output``).
     ``loss_target=None`` (and no loss on the Adapter): only the advantages are checked.
@@ -1362,6 +1504,10 @@ def run_scaleout(
         seed=seed,
         aggregation_constant=aggregation_constant,
         output=output,
+        sizes=sizes,
+        steps_per_generation=steps_per_generation,
+        mask_truncated=mask_truncated,
+        pad_value=pad_value,
     )
     (report,) = run_scaleout_many(
         [job], world_size=world_size, backend=backend, rendezvous_host=rendezvous_host
@@ -1420,6 +1566,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             backend=args.backend,
             rendezvous_host=args.rendezvous_host,
+            sizes=args.split_sizes,
+            steps_per_generation=args.steps_per_generation,
+            mask_truncated=args.mask_truncated,
+            pad_value=args.pad_value,
         )
     except (ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

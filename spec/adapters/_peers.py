@@ -130,7 +130,9 @@ class ScaleOut:
     ``seq-mean-token-sum-norm``). ``loss_scale``: ``"none"`` when the peer's loss already
     accounts for the accumulation steps (verl, TRL), ``"mean-over-micro-batches"`` when the
     engine divides each micro-batch loss by them (DeepSpeed, in OpenRLHF). ``how``: the
-    global information it is given, in words.
+    global information it is given, in words. ``sizes``: ``"uneven"`` (ranks and micro-batches
+    hold different numbers of responses, as verl's ``use_dynamic_bsz``) or ``"equal"`` (a fixed
+    per-device batch, as TRL's ``per_device_train_batch_size``).
 
     >>> ScaleOut("dapo", "token-mean", how="num_items_in_batch").loss_scale
     'none'
@@ -141,3 +143,4 @@ class ScaleOut:
     constant: float | None = None
     loss_scale: str = "none"
     how: str = ""
+    sizes: str = "uneven"

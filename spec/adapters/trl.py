@@ -672,6 +672,7 @@ _SCALE: dict[str, ScaleOut] = {
         resolve_aggregation(t),
         constant=HORIZON if t == "dr_grpo" else None,
         how=_HOW,
+        sizes="equal",  # per_device_train_batch_size: every micro-batch holds as many responses
     )
     for t in LOSS_TYPES
 }

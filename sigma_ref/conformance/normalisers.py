@@ -1,0 +1,525 @@
+"""Level 5's normaliser patterns: uneven splits, the accumulation reading, the normaliser a gradient used.
+
+The scale-out check (:mod:`sigma_ref.conformance.scaleout`) splits a designed batch over W
+ranks and M micro-batches and compares the accumulated, rank-averaged gradient with the
+full-batch one. This module holds what turns a mismatch into a named bug class:
+
+**Uneven splits** (:data:`SIZES`, the knob verl calls ``use_dynamic_bsz`` and TRL fixes with
+``per_device_train_batch_size``): with ``sizes="uneven"`` (the default) rank ``r`` holds a
+share of the groups proportional to ``r + 1`` and micro-batch ``j`` a share of the rank's rows
+proportional to ``j + 1`` (:func:`uneven_sizes`), so ranks and micro-batches hold different
+numbers of responses *and* tokens: every per-piece normaliser differs from the global one and
+a mean of per-piece means is not the global mean. ``sizes="equal"`` keeps equal response
+counts (``np.array_split``), as a trainer with a fixed per-device batch does.
+
+**The accumulation reading** (:data:`READINGS`, issue 26): whether the trainer divides each
+micro-batch's loss by M is outside the loss. Back-propagation is linear, so the gradient under
+the reading ``mean-over-micro-batches`` is exactly ``1/M`` times the one under ``none``; the
+check measures one and judges both (:func:`readings`), reports the reading the loss is right
+under, and fails only when it is right under neither. A user's declaration (``--loss-scale``)
+never changes a verdict; it is reported beside the reading the loss needs.
+
+**Normaliser hypotheses** (:data:`HYPOTHESES`): the per-token weight of the gradient a split
+accumulates is the oracle's :func:`~sigma_ref.objectives.effective_weights`,
+``w_eff_it = (tau / W) * w_mode(counts of the scope of i)_it`` (``proofs/12_scale_out.py``),
+for a counting *scope* (the whole step, the rank's shard, the micro-batch, the generation
+batch) and a total scale ``tau`` (``W`` when the loss multiplies by the world size and nothing
+divides, ``W / M`` when M divides on top, ``1`` without the world size, ...). Each hypothesis
+predicts the whole gradient vector ``-sum_it w_eff_it A_i grad log pi(y_it)`` at every
+configuration the check ran ((W, M) and its probes (1, M), (1, M + 1), (W, 1)); a class is
+named only when its prediction equals the measured gradient at every one of them
+(:func:`identify`), so a cause is printed only when the probes confirm it.
+
+>>> uneven_sizes(6, 3)
+[1, 2, 3]
+>>> [len(p) for p in split_pieces(7, 2, "equal")], [len(p) for p in split_pieces(7, 2, "uneven")]
+([4, 3], [2, 5])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from .._options import LOSS_SCALES, SPLIT_SIZES
+from ..objectives import aggregation_weights, effective_weights
+
+__all__ = [
+    "SIZES",
+    "READINGS",
+    "Hypothesis",
+    "HYPOTHESES",
+    "uneven_sizes",
+    "split_pieces",
+    "readings",
+    "token_scores",
+    "hypothesis_gradient",
+    "identify",
+]
+
+#: How a batch is cut into ranks and micro-batches (module doc; ``--split-sizes``).
+SIZES: tuple[str, ...] = SPLIT_SIZES
+#: The two readings of the trainer's accumulation scaling (``--loss-scale``).
+READINGS: tuple[str, ...] = LOSS_SCALES
+
+#: Relative tolerance of a match: float64 throughout, only summation order separates an exact
+#: prediction from the measured gradient (the scale-out check's own ``_RTOL``).
+_RTOL = 1e-8
+
+
+def uneven_sizes(n: int, parts: int) -> list[int]:
+    """Sizes of ``parts`` consecutive pieces of ``n`` items, about proportional to ``1, 2, ..., parts``.
+
+    Every piece holds at least one item; the cumulative sizes are ``round(n * j (j + 1) /
+    (parts (parts + 1)))`` pushed apart where rounding would leave a piece empty.
+
+    >>> uneven_sizes(12, 2), uneven_sizes(4, 2), uneven_sizes(6, 4), uneven_sizes(5, 1)
+    ([4, 8], [1, 3], [1, 1, 2, 2], [5])
+    """
+    if not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"parts={parts!r} must be a positive int")
+    if not isinstance(n, int) or n < parts:
+        raise ValueError(f"n={n!r} must be an int >= parts={parts}: every piece needs an item")
+    total = parts * (parts + 1) // 2
+    ends: list[int] = []
+    for j in range(1, parts + 1):
+        target = round(Fraction(n * j * (j + 1), 2 * total))
+        low = (ends[-1] if ends else 0) + 1
+        high = n - (parts - j)
+        ends.append(min(max(target, low), high))
+    return [e - s for s, e in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def split_pieces(n: int, parts: int, sizes: str) -> list[npt.NDArray[np.int64]]:
+    """Positions ``0 .. n - 1`` in ``parts`` consecutive pieces, ``equal`` or ``uneven`` (:data:`SIZES`).
+
+    >>> [p.tolist() for p in split_pieces(5, 2, "uneven")]
+    [[0, 1], [2, 3, 4]]
+    """
+    if sizes not in SIZES:
+        raise ValueError(f"sizes={sizes!r} must be one of {SIZES}")
+    positions = np.arange(n, dtype=np.int64)
+    if sizes == "equal" or parts > n:
+        return list(np.array_split(positions, parts))
+    return list(np.split(positions, np.cumsum(uneven_sizes(n, parts))[:-1]))
+
+
+def readings(grad: npt.ArrayLike, micro_batches: int, measured_under: str) -> dict[str, np.ndarray]:
+    """The gradient under each accumulation reading, from one measured under ``measured_under``.
+
+    Back-propagation is linear: dividing each micro-batch's loss by M divides the accumulated
+    gradient by M. So ``g_none = M g_mean`` exactly.
+
+    >>> readings([2.0, 4.0], 2, "none")["mean-over-micro-batches"].tolist()
+    [1.0, 2.0]
+    """
+    if measured_under not in READINGS:
+        raise ValueError(f"measured_under={measured_under!r} must be one of {READINGS}")
+    g = np.asarray(grad, dtype=np.float64)
+    g_none = g * micro_batches if measured_under == "mean-over-micro-batches" else g
+    return {"none": g_none, "mean-over-micro-batches": g_none / micro_batches}
+
+
+# ---------------------------------------------------------------------------
+# hypotheses
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+    """A normaliser pattern: a loss counting over ``scope``, times ``tau = W^world M^micro``.
+
+    ``label``: the class as a report names it; ``why``: what the code does. The hypothesis is
+    about the loss alone, so it is matched against the gradient under the reading ``none``
+    (the trainer's 1/M, if any, is the reading's, :func:`readings`).
+
+    ``scope``: ``global`` (the optimizer step's whole batch), ``rank``, ``micro-batch`` or
+    ``generation`` (the generation batch of several optimizer steps). Under the reading
+    ``none`` the harness adds the micro-batch gradients and DDP averages over ranks, so a loss
+    computing ``s * sum_piece w(scope) l`` accumulates ``w_eff = (s / W) w(scope)``: the correct
+    loss has ``s = W`` (``world = 1, micro = 0``).
+
+    >>> HYPOTHESES[0].name, HYPOTHESES[0].tau(2, 3)
+    ('correct', 2.0)
+    """
+
+    name: str
+    scope: str
+    world: int
+    micro: int
+    label: str
+    why: str
+
+    def tau(self, world_size: int, micro_batches: int) -> float:
+        """The loss's scale ``W^world M^micro``."""
+        return float(world_size) ** self.world * float(micro_batches) ** self.micro
+
+
+_EQUAL = "exact only when every micro-batch on every rank holds the same count"
+#: The patterns the analysis can name, in order of preference when two predict the same gradient.
+#: The first two are right (under the readings ``none`` and ``mean-over-micro-batches``).
+HYPOTHESES: tuple[Hypothesis, ...] = (
+    Hypothesis("correct", "global", 1, 0, "the global normaliser, times W", ""),
+    Hypothesis("correct-mean", "global", 1, 1, "the global normaliser, times W and M", ""),
+    Hypothesis(
+        "division-twice",
+        "global",
+        1,
+        -1,
+        "accumulation division applied twice",
+        "the normaliser already spans the step's micro-batches and the loss divides by M as well",
+    ),
+    Hypothesis(
+        "no-world-size",
+        "global",
+        0,
+        0,
+        "world size not applied",
+        "DDP divides by W; the loss must multiply by world_size (verl's dp_size)",
+    ),
+    Hypothesis(
+        "micro-sum",
+        "micro-batch",
+        1,
+        0,
+        "normaliser computed per micro-batch",
+        "each micro-batch is normalised by its own count (times W)",
+    ),
+    Hypothesis(
+        "micro-mean",
+        "micro-batch",
+        0,
+        0,
+        "normaliser computed per micro-batch and averaged over micro-batches and ranks",
+        "each micro-batch is normalised by its own count; with the trainer's 1/M and DDP's 1/W that is a "
+        f"mean of per-micro-batch means, {_EQUAL}",
+    ),
+    Hypothesis(
+        "micro-divided",
+        "micro-batch",
+        1,
+        -1,
+        "normaliser computed per micro-batch and divided by M in the loss",
+        f"a mean of per-micro-batch means on each rank, {_EQUAL}",
+    ),
+    Hypothesis(
+        "micro-divided-no-world-size",
+        "micro-batch",
+        0,
+        -1,
+        "normaliser computed per micro-batch and divided by M in the loss, world size not applied",
+        f"a mean of per-micro-batch means over micro-batches and ranks, {_EQUAL}",
+    ),
+    Hypothesis(
+        "rank-count",
+        "rank",
+        1,
+        0,
+        "{unit} count not gathered across ranks",
+        "each rank normalises by its own shard's count; all-reduce it over process_group",
+    ),
+    Hypothesis(
+        "rank-mean",
+        "rank",
+        0,
+        0,
+        "normaliser computed per rank and averaged over ranks",
+        "a mean of per-rank means, exact only when every rank holds the same count",
+    ),
+    Hypothesis(
+        "generation-count",
+        "generation",
+        1,
+        0,
+        "counted over the generation batch, not the optimizer step's batch",
+        "with several optimizer steps per generation batch each step must be normalised by its own "
+        "batch's count",
+    ),
+    Hypothesis(
+        "count-before-mask",
+        "before-mask",
+        1,
+        0,
+        "count taken before the mask changed",
+        "the normaliser counts responses or tokens the mask has since removed (truncated or filtered "
+        "responses); count the mask the loss is applied with",
+    ),
+    Hypothesis(
+        "generation-count-mean",
+        "generation",
+        1,
+        1,
+        "counted over the generation batch, not the optimizer step's batch (times M)",
+        "with several optimizer steps per generation batch each step must be normalised by its own "
+        "batch's count",
+    ),
+)
+
+
+def token_scores(
+    theta: npt.ArrayLike, feats: npt.ArrayLike, tokens: npt.ArrayLike
+) -> npt.NDArray[np.float64]:
+    """``grad_theta log pi(y_it)`` of the softmax policy ``logits = feats @ theta``: ``[N, T, D]``.
+
+    ``grad log softmax(z)_y = f_y - sum_v p_v f_v`` with ``z_v = f_v . theta``.
+
+    >>> token_scores([0.0], [[[[1.0], [3.0]]]], [[0]]).tolist()
+    [[[-1.0]]]
+    """
+    th = np.asarray(theta, dtype=np.float64)
+    f = np.asarray(feats, dtype=np.float64)
+    tok = np.asarray(tokens, dtype=np.int64)
+    z = f @ th
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    chosen = np.take_along_axis(f, tok[..., None, None], axis=-2)[..., 0, :]
+    out: npt.NDArray[np.float64] = chosen - np.einsum("ntv,ntvd->ntd", p, f)
+    return out
+
+
+def hypothesis_gradient(
+    hypothesis: Hypothesis,
+    scores: npt.NDArray[np.float64],
+    advantages: npt.ArrayLike,
+    mask: npt.ArrayLike,
+    mode: str,
+    *,
+    rank: npt.ArrayLike,
+    micro_batch: npt.ArrayLike,
+    world_size: int,
+    micro_batches: int,
+    constant: float | None = None,
+    counts: Mapping[str, tuple[float, float]] | None = None,
+) -> npt.NDArray[np.float64]:
+    """The gradient the hypothesis predicts under the reading ``none``: ``-sum_it w_eff_it A_i s_it``.
+
+    ``w_eff`` is :func:`~sigma_ref.objectives.effective_weights` for the hypothesis's scope and
+    ``tau``; a scope counted outside the batch's final mask (``generation``: the generation
+    batch; ``before-mask``: the mask before truncated responses were masked) uses
+    :func:`~sigma_ref.objectives.aggregation_weights` with ``counts[scope] = (tokens, responses)``.
+    """
+    m = torch.as_tensor(np.asarray(mask, dtype=np.float64))
+    tau = hypothesis.tau(world_size, micro_batches)
+    c = constant if mode == "seq-mean-token-sum-norm" else None
+    if hypothesis.scope not in ("global", "rank", "micro-batch"):
+        if counts is None or hypothesis.scope not in counts:
+            raise ValueError(
+                f"scope {hypothesis.scope!r} needs counts[{hypothesis.scope!r}] = (tokens, responses)"
+            )
+        tok, seq = counts[hypothesis.scope]
+        w = (tau / world_size) * aggregation_weights(m, mode, num_tokens=tok, num_seqs=seq, constant=c)
+    else:
+        w = effective_weights(
+            m,
+            mode,
+            rank=torch.as_tensor(np.asarray(rank, dtype=np.int64)),
+            micro_batch=torch.as_tensor(np.asarray(micro_batch, dtype=np.int64)),
+            world_size=world_size,
+            normaliser=hypothesis.scope,  # type: ignore[arg-type]  # global, rank or micro-batch here
+            loss_scale=tau,
+            constant=c,
+        )
+    adv = np.asarray(advantages, dtype=np.float64)
+    out: npt.NDArray[np.float64] = -np.einsum("nt,n,ntd->d", w.numpy(), adv, scores)
+    return out
+
+
+#: ``assign(w, m, split) -> (rank of each row, micro-batch of each row)`` of one configuration.
+Assign = Callable[[int, int, str], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]
+
+
+def _close(g: np.ndarray, pred: np.ndarray) -> bool:
+    return float(np.linalg.norm(g - pred)) <= _RTOL * max(float(np.linalg.norm(pred)), 1e-300)
+
+
+def identify(
+    grads: Mapping[tuple[int, int, str], npt.ArrayLike],
+    scores: npt.NDArray[np.float64],
+    advantages: npt.ArrayLike,
+    mask: npt.ArrayLike,
+    mode: str,
+    *,
+    assign: Assign,
+    constant: float | None = None,
+    counts: Mapping[str, tuple[float, float]] | None = None,
+    candidates: Sequence[Hypothesis] = HYPOTHESES,
+) -> list[Hypothesis]:
+    """The hypotheses whose predicted gradient equals the measured one at *every* configuration.
+
+    ``grads``: the measured gradient (reading ``none``) per configuration ``(w, m, split)``;
+    ``assign`` gives each configuration's rows' ranks and micro-batches. The list is in the
+    order of :data:`HYPOTHESES`; more than one means the probes cannot tell them apart. A scope
+    outside the batch (``generation``, ``before-mask``) is tried only when ``counts`` has it.
+    """
+    found = []
+    for h in candidates:
+        if h.scope not in ("global", "rank", "micro-batch") and (counts is None or h.scope not in counts):
+            continue
+        ok = True
+        for (w, m, split), g in grads.items():
+            rank, micro = assign(w, m, split)
+            pred = hypothesis_gradient(
+                h,
+                scores,
+                advantages,
+                mask,
+                mode,
+                rank=rank,
+                micro_batch=micro,
+                world_size=w,
+                micro_batches=m,
+                constant=constant,
+                counts=counts,
+            )
+            if not _close(np.asarray(g, dtype=np.float64), pred):
+                ok = False
+                break
+        if ok:
+            found.append(h)
+    return found
+
+
+# ---------------------------------------------------------------------------
+# what the scale-out analysis says
+
+
+def _rel(g: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(g - ref)) / max(float(np.linalg.norm(ref)), 1e-300)
+
+
+_NEEDS = {
+    "none": "the trainer adds the micro-batch gradients undivided (the loss normalises over the whole step)",
+    "mean-over-micro-batches": "the trainer divides each micro-batch loss by M (the Hugging Face Trainer "
+    "without num_items_in_batch, DeepSpeed's 1/gas)",
+}
+
+
+def judge_reading(
+    grad: npt.ArrayLike, reference: npt.ArrayLike, micro_batches: int, declared: str
+) -> tuple[np.ndarray, str, str]:
+    """The gradient under the reading the loss is right under, that reading, and the words for a report.
+
+    ``grad`` was measured under the ``declared`` reading. Under the reading that makes it equal
+    ``reference`` (the declared one when both do, i.e. ``M = 1``) it is returned with
+    ``"; right under loss_scale=..."``; when neither does, under the declared reading with ``""``.
+
+    >>> g, reading, words = judge_reading([4.0, 8.0], [2.0, 4.0], 2, "none")
+    >>> reading, g.tolist()
+    ('mean-over-micro-batches', [2.0, 4.0])
+    """
+    reads = readings(grad, micro_batches, declared)
+    ref = np.asarray(reference, dtype=np.float64)
+    if micro_batches == 1:
+        return reads[declared], declared, ""
+    right = [r for r in READINGS if _rel(reads[r], ref) <= _RTOL]
+    if not right:
+        return reads[declared], declared, ""
+    reading = declared if declared in right else right[0]
+    words = f"; right under loss_scale={reading!r}: {_NEEDS[reading]}"
+    if reading != declared:
+        c = float(reads[declared] @ ref) / float(ref @ ref)
+        words += (
+            f". Declared loss_scale={declared!r}, under which it is {c:.3g}x: if the trainer does that, "
+            "its update is off by that factor"
+        )
+    return reads[reading], reading, words
+
+
+@dataclasses.dataclass(frozen=True)
+class Judge:
+    """Names the normaliser class of a failing split gradient (:func:`identify` at every probe).
+
+    ``scores``: :func:`token_scores` of the designed batch; ``advantages``: the code's own
+    full-batch advantages; ``mode``: the aggregation its full-batch gradient matches (None: no
+    class can be named); ``assign``: each configuration's rows' ranks and micro-batches;
+    ``counts``: ``(tokens, responses)`` of the scopes outside the batch's mask.
+    """
+
+    scores: npt.NDArray[np.float64]
+    advantages: npt.NDArray[np.float64]
+    mask: npt.NDArray[np.float64]
+    mode: str | None
+    assign: Assign
+    constant: float | None = None
+    counts: Mapping[str, tuple[float, float]] | None = None
+
+    def _found(
+        self,
+        runs: Mapping[tuple[int, int, str], Mapping[str, object]],
+        keys: Sequence[tuple[int, int, str]],
+        declared: str,
+        mode: str,
+    ) -> tuple[list[Hypothesis], list[tuple[int, int, str]]]:
+        grads = {}
+        for key in dict.fromkeys(keys):
+            run = runs.get(key)
+            if run is not None and run.get("grad") is not None:
+                grads[key] = readings(np.asarray(run["grad"]), key[1], declared)["none"]
+        found = identify(
+            grads,
+            self.scores,
+            self.advantages,
+            self.mask,
+            mode,
+            assign=self.assign,
+            constant=self.constant,
+            counts=self.counts,
+            candidates=HYPOTHESES[2:],
+        )
+        return found, list(grads)
+
+    @staticmethod
+    def _words(found: Sequence[Hypothesis], mode: str, where: Sequence[tuple[int, int, str]]) -> str:
+        h = found[0]
+        unit = "token" if mode == "token-mean" else "response"
+        probes = ", ".join(f"({w}, {m})" for w, m, _ in where)
+        text = (
+            f"{h.why}. Confirmed: the gradient this normaliser predicts ({mode}) equals the measured one at "
+            f"every probe (W, M) = {probes}"
+        )
+        if len(found) > 1:
+            text += f" (so does {', '.join(o.name for o in found[1:])}: these probes cannot tell them apart)"
+        return h.label.format(unit=unit) + ": {measured}; " + text
+
+    def name(
+        self,
+        runs: Mapping[tuple[int, int, str], Mapping[str, object]],
+        W: int,
+        M: int,
+        split: str,
+        declared: str,
+        c: float,
+    ) -> str | None:
+        """``scaleout_gradient[W, M]``'s FAIL message naming the class every probe confirms, or None."""
+        if self.mode is None:
+            return None
+        keys = [(W, M, split), (1, M, "whole-groups"), (1, M + 1, "whole-groups"), (W, 1, split)]
+        found, where = self._found(runs, keys, declared, self.mode)
+        if not found:
+            return None
+        other = READINGS[1 - READINGS.index(declared)]
+        c_other = c / M if other == "mean-over-micro-batches" else c * M
+        measured = (
+            f"the accumulated, rank-averaged gradient is {c:.3g}x the full-batch gradient at W = {W}, "
+            f"M = {M} under loss_scale={declared!r} ({c_other:.3g}x under {other!r})"
+        )
+        return self._words(found, self.mode, where).format(measured=measured)
+
+    def name_prediction(
+        self,
+        runs: Mapping[tuple[int, int, str], Mapping[str, object]],
+        aggregation: str,
+        declared: str,
+        c: float,
+    ) -> str | None:
+        """Why the full-batch gradient is ``c`` times the declared ``aggregation``'s prediction: the
+        class (a count outside the mask the loss is applied with) that every run confirms, or None."""
+        found, where = self._found(runs, list(runs), declared, aggregation)
+        if not found:
+            return None
+        measured = f"the full-batch gradient is {c:.3g}x the {aggregation} prediction"
+        return self._words(found, aggregation, where).format(measured=measured)
