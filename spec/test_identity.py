@@ -55,6 +55,7 @@ from sigma_ref.objectives import (
     aggregation_weights,
     detect_aggregation,
     importance_weights,
+    kl_estimate,
     loss_gradient,
     loss_gradient_terms,
     resolve_aggregation,
@@ -642,7 +643,7 @@ def _generated(obj: Objective, drawn: _Drawn, margin: float) -> dict[str, torch.
     lengths = torch.tensor(drawn.lengths)
     mask = (torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
     low, high = (math.log(v) for v in _RATIOS_DRAWN)
-    if obj.kind == "gspo":  # the sequence ratio exp(mean_t log r) is what the clip sees
+    if obj.kind in ("gspo", "gspo-token"):  # the sequence ratio exp(mean_t log r) is what the clip sees
         seq = _uniform_in_regions(gen, _cut_points(obj), low, high, margin, (n, 1))
         log_ratio = _spread(gen, seq * lengths.unsqueeze(1), mask, 0.4)
     else:
@@ -651,8 +652,11 @@ def _generated(obj: Objective, drawn: _Drawn, margin: float) -> dict[str, torch.
     logp = old + log_ratio
     cap = [] if obj.tis_cap is None else [math.log(obj.tis_cap)]
     w_low, w_high = (math.log(v) for v in _WEIGHTS_DRAWN)
-    if obj.tis_level == "sequence" and obj.tis_cap is not None:  # prod_t rho is what the cap sees
-        log_rho = _spread(gen, _uniform_in_regions(gen, cap, w_low, w_high, margin, (n, 1)), mask, 0.3)
+    if obj.tis_level != "token" and obj.tis_cap is not None:  # prod_t rho or its mean is what the cap sees
+        seq_rho = _uniform_in_regions(gen, cap, w_low, w_high, margin, (n, 1))
+        if obj.tis_level == "geometric":
+            seq_rho = seq_rho * lengths.unsqueeze(1)
+        log_rho = _spread(gen, seq_rho, mask, 0.3)
     else:
         log_rho = _uniform_in_regions(gen, cap, w_low, w_high, margin, (n, t))
     delta = 3 * torch.rand(n, t, generator=gen, dtype=torch.float64) - 1.5
@@ -724,7 +728,7 @@ def _structural_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list
                 rho=rho * r.clamp(max=obj.eps_high) / r.clamp(min=lo, max=hi),
             )
         )
-    if obj.kind == "gspo":
+    if obj.kind in ("gspo", "gspo-token"):
         # exp(sum_t log r_t) is GSPO's ratio of log-probs scaled by |y_i|; the chain rule gives back |y_i|
         length = m.sum(-1, keepdim=True).clamp(min=1)
         scaled = dict(x, logp=x["logp"] * length, old_logp=x["old_logp"] * length)
@@ -768,6 +772,26 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
         except ValueError:  # not a valid objective (e.g. a dual clip on GSPO): never matches
             return o
 
+    if obj.kl == "k3-is" and obj.kl_placement == "loss" and obj.kl_coef != 0:
+        # r k3 with the ratio detached: the slope q (1 - exp(-delta)) of k3 scaled, without q's own k3 q
+        m = x["mask"]
+        log_q = (x["logp"] - x["old_logp"]) * m
+        if obj.kind in ("gspo", "gspo-token"):
+            log_q = (log_q.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)).expand_as(m)
+        w = aggregation_weights(m, obj.aggregation, constant=obj.constant)
+        _, k3_slope = kl_estimate(x["logp"], x["ref_logp"], "k3")
+        alt.append(
+            _Alternative(
+                "the ratio weighting k3 is detached (r.detach() * k3): the KL's slope is "
+                "r (1 - exp(-delta)), not r delta, so the KL gradient is k3's (the forward KL's) "
+                "reweighted; keep the ratio in the graph, as TRL's use_bias_correction_kl does",
+                obj,
+                terms={
+                    "policy": _objective_terms(obj, x)["policy"],
+                    "kl": obj.kl_coef * w * torch.exp(log_q) * k3_slope * m,
+                },
+            )
+        )
     if obj.kl is not None and obj.kl_coef != 0:
         if obj.kl_placement == "loss":
             alt.append(
@@ -778,7 +802,7 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
                     "the KL term has no gradient (missing or detached)", rep(obj, kl=None, kl_coef=0.0)
                 )
             )
-        for est in ("k1", "k2", "k3"):
+        for est in ("k1", "k2", "k3", "k3-is"):
             if est != obj.kl or obj.kl_placement == "reward":
                 where = (
                     "in the loss"
@@ -793,7 +817,7 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
     for mode in AGGREGATION_MODES:
         if resolve_aggregation(obj.aggregation) != mode:
             what = f"the loss aggregates with {mode}, not {resolve_aggregation(obj.aggregation)}"
-            if obj.kind == "gspo" and mode in ("token-mean", "token-sum"):
+            if obj.kind in ("gspo", "gspo-token") and mode in ("token-mean", "token-sum"):
                 what = (
                     f"the sequence ratio is broadcast over tokens and reduced with {mode}: each sequence is "
                     "weighted by its length"
@@ -820,14 +844,42 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
         )
     if obj.kind == "ppo":
         alt.append(_Alternative("the sequence-level (GSPO) ratio is used", rep(obj, kind="gspo")))
-    if obj.kind == "gspo":
+        alt.append(_Alternative("the sequence-level (GSPO-token) ratio is used", rep(obj, kind="gspo-token")))
+    if obj.kind in ("gspo", "gspo-token"):
         alt.append(_Alternative("token-level ratios are used, not the sequence ratio", rep(obj, kind="ppo")))
+    if obj.kind == "gspo":
+        alt.append(
+            _Alternative(
+                "the GSPO-token form (s_it = sg(s_i) pi_it / sg(pi_it), verl's): each token keeps its own "
+                "weight and advantage, where the declared sequence form (TRL's, OpenRLHF's) gives every "
+                "token of a response the response's mean",
+                rep(obj, kind="gspo-token"),
+            )
+        )
+    if obj.kind == "gspo-token":
+        alt.append(
+            _Alternative(
+                "the sequence form (the gradient flows through s_i = exp(mean_t log r_t): TRL's, "
+                "OpenRLHF's), not the declared GSPO-token form sg(s_i) pi_it / sg(pi_it) (verl's): "
+                "every token of a response gets the response's mean of weight times advantage",
+                rep(obj, kind="gspo"),
+            )
+        )
     if obj.tis_cap is not None:
         cap, level, mode = obj.tis_cap, obj.tis_level, obj.tis_mode
         old, rollout, mask = x["old_logp"], x["rollout_logp"], x["mask"]
         alt.append(_Alternative("no rollout-vs-training importance correction", rep(obj, tis_cap=None)))
-        other = "sequence" if level == "token" else "token"
-        alt.append(_Alternative(f"the importance weight is taken per {other}", rep(obj, tis_level=other)))
+        per = {
+            "token": "per token",
+            "sequence": "per sequence (prod_t rho_t)",
+            "geometric": "as the sequence's geometric mean (prod_t rho_t)^(1/|y|)",
+        }
+        for other in ("token", "sequence", "geometric"):
+            # a declared sequence weight taken as its geometric mean has its own words below
+            if other != level and (level, other) != ("sequence", "geometric"):
+                alt.append(
+                    _Alternative(f"the importance weight is taken {per[other]}", rep(obj, tis_level=other))
+                )
         flipped = "mask" if mode == "truncate" else "truncate"
         how = {"mask": "masked (0 above the cap, MIS)", "truncate": "truncated at the cap (TIS)"}
         alt.append(
@@ -935,7 +987,14 @@ def _agrees(
     scale = terms["policy"].abs() + terms["kl"].abs()
     if obj.kl is not None and obj.kl_placement == "loss" and obj.kl_coef != 0:
         w = aggregation_weights(m, obj.aggregation, constant=obj.constant)
-        scale = scale + abs(obj.kl_coef) * w * (1 + torch.exp(x["ref_logp"] - x["logp"])) * m
+        slope = 1 + torch.exp(x["ref_logp"] - x["logp"])
+        if obj.kl == "k3-is":  # q (k3 + |delta| + 1), q the token ratio or (GSPO) the sequence ratio
+            log_q = (x["logp"] - x["old_logp"]) * m
+            if obj.kind in ("gspo", "gspo-token"):
+                log_q = (log_q.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)).expand_as(m)
+            delta = x["logp"] - x["ref_logp"]
+            slope = slope + torch.exp(log_q) * (torch.exp(-delta) + 2 * delta.abs() + 1)
+        scale = scale + abs(obj.kl_coef) * w * slope * m
     tol = (rounding + COUNT_EPS_RTOL) * scale + rounding * float(scale.max())
     pred = terms["policy"] + kl_sign * terms["kl"]
     return bool(torch.isfinite(g).all()) and bool(((g - pred).abs() <= tol).all())
@@ -1029,6 +1088,11 @@ def _objective_note(ctx: Context, p: Any) -> None:
     )
     if obj.kl == "k3" and obj.kl_placement == "loss" and obj.kl_coef != 0:
         text += "; " + k3_bias(_objective_probe())
+    if obj.kl == "k3-is" and obj.kl_placement == "loss" and obj.kl_coef != 0:
+        text += (
+            "; k3-is in the loss: r k3 with the ratio in the graph, slope r delta, whose expectation under "
+            "pi_old is the reverse KL's gradient at any ratio (proofs/11_objectives.py §5)"
+        )
     raise PropertyFailure(Finding(text), verdict="NOTE")
 
 

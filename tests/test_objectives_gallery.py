@@ -130,8 +130,10 @@ def test_gallery_is_complete():
         ("token", "truncate"),
         ("token", "mask"),
         ("sequence", "truncate"),
+        ("geometric", "truncate"),
     }
-    assert {o.kl for o in declared if o.kl and o.kl_placement == "loss"} == {"k1", "k2", "k3"}
+    assert {o.kl for o in declared if o.kl and o.kl_placement == "loss"} == {"k1", "k2", "k3", "k3-is"}
+    assert {o.kind for o in declared} == {"ppo", "gspo", "gspo-token", "cispo"}
     assert any(o.kl and o.kl_placement == "reward" for o in declared)
 
 
