@@ -46,6 +46,7 @@ from sigma_ref.conformance.inputs import (
     seeded,
     single_process_globals,
 )
+from sigma_ref.conformance.loss_precision import loss_precision, precision_cause
 from sigma_ref.conformance.precision import COUNT_EPS_RTOL, PRECISIONS, SAFETY, unit_roundoff
 from sigma_ref.conformance.reference import as_numpy
 from sigma_ref.identity import decompose, policy_gradient
@@ -114,6 +115,8 @@ def test_convention_detected(ctx: Context, ex: Any, p: Any) -> None:
         facts.append(f"declared {ctx.declared!r}, judged against it")
     if det.notes:
         facts.append("probes: " + "; ".join(det.notes))
+    if ctx.adapter.loss is not None:
+        facts.append(loss_precision(ctx).describe())
     raise PropertyFailure(Finding("; ".join(facts)), verdict="NOTE")
 
 
@@ -126,10 +129,16 @@ def _token_weights(ctx: Context, pol: Policy, batch: Batch, adv: torch.Tensor) -
 
 
 def _loss_unit(ctx: Context, pol: Policy, batch: Batch) -> float:
-    """The unit roundoff of the loss's working precision: its output dtype's (float64's at best)."""
+    """The unit roundoff of the loss's working precision: the coarser of its output dtype's and the
+    precision its gradient is computed in (declared or measured, :mod:`sigma_ref.conformance.loss_precision`;
+    a float32 ratio inside a float64 loss is float32), float64's at best."""
     leaf = pol.logp().detach()
     out = call_loss(ctx, leaf, torch.ones(batch.n, dtype=torch.float64), pol.mask, batch)
-    return max(unit_roundoff(out.dtype), unit_roundoff(ctx.precision) if out.dtype != torch.float64 else 0.0)
+    return max(
+        unit_roundoff(out.dtype),
+        unit_roundoff(loss_precision(ctx).judged),
+        unit_roundoff(ctx.precision) if out.dtype != torch.float64 else 0.0,
+    )
 
 
 @conformance_property(
@@ -189,6 +198,8 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
         loss_tol = (SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms).reshape(-1) + 1e-300
         if not np.any(got):
             cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
+        elif precision_cause(ctx) is not None:
+            cause = precision_cause(ctx)
         elif mismatch_message(got.reshape(-1), own.reshape(-1), 0.0, loss_tol) is None:
             cause = (
                 "the loss is a correct weighted policy gradient of the advantages it is given; the "
@@ -240,7 +251,7 @@ def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) ->
         ctx.fail(
             "dL/dlogp_it at ratio 1 is not -w_it A_i with weights w independent of the advantages",
             batch,
-            cause="the loss re-normalises or clips the advantages at ratio 1",
+            cause=precision_cause(ctx) or "the loss re-normalises or clips the advantages at ratio 1",
         )
 
 
@@ -296,6 +307,8 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     lengths = pol.mask.sum(-1).int().tolist()
     seen = "unrecognised weights" if found is None else found[0] + (f", C = {found[1]:g}" if found[1] else "")
     declared = ctx.adapter.aggregation
+    if declared is None and precision_cause(ctx) is not None:
+        raise PropertyFailure(Finding(f"aggregation not read: {precision_cause(ctx)}"), verdict="NOTE")
     if declared is None:
         raise PropertyFailure(
             Finding(
@@ -310,6 +323,9 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
         )
     i = int(torch.argmax((w - expected).abs().sum(-1)))
     cause = f"the loss applies {seen} weights"
+    rounding = precision_cause(ctx)
+    if rounding is not None:  # the weights are rounded, not another mode's
+        found, cause = None, rounding
     on = pol.mask > 0
     if found is None and resolve_aggregation(declared) == "token-mean":
         # a token-mean whose normaliser differs between parts of the batch: per-micro-batch counts
@@ -327,7 +343,11 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
                     f"averaged, a normaliser taken per micro-batch instead of over all {n1 + n2} tokens"
                 )
                 found = ("per-micro-batch token-mean", None)
-    named = _aggregation_cause(resolve_aggregation(declared), found, w, expected, pol.mask, rtol)
+    named = (
+        None
+        if rounding is not None
+        else _aggregation_cause(resolve_aggregation(declared), found, w, expected, pol.mask, rtol)
+    )
     cause = named or cause
     raise PropertyFailure(
         Finding(
@@ -336,7 +356,8 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
             f"{resolve_aggregation(declared)}",
             f"loss(logp, old_logp=logp, advantages=1, mask) on lengths {lengths}, T = {POLICY_T}",
             cause=cause,
-            confirmed=found is not None or named is not None,  # the measured weights show it
+            # the measured weights show it, or the precision probe does
+            confirmed=found is not None or named is not None or rounding is not None,
         )
     )
 
@@ -457,6 +478,8 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
     high = _bound(~zero[0], r, upper=True)
     low = _bound(~zero[1, r < 1.5], r[r < 1.5], upper=False)
     dual = _bound(~zero[1, r > 1.5], r[r > 1.5], upper=True)
+    if declared is None and precision_cause(ctx) is not None:
+        raise PropertyFailure(Finding(f"clip range not read: {precision_cause(ctx)}"), verdict="NOTE")
     if declared is None and (
         (high is not None and high < 1) or (low is not None and low > 1) or (dual or 2) <= 1
     ):
@@ -489,7 +512,7 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
         )
         how = "detected"
     pred = loss_gradient(obj, logp, old, adv, mask) * w
-    u_loss = unit_roundoff(out.dtype)
+    u_loss = max(unit_roundoff(out.dtype), unit_roundoff(loss_precision(ctx).judged))
     tol = SAFETY * (2 + math.log2(mask.numel())) * max(u_loss, PRECISIONS["float64"]) * scale + 1e-12 * scale
     bad = (g - pred).abs() > tol + SAFETY * u_loss * pred.abs()
     summary = (
@@ -510,8 +533,8 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
             ),
             verdict="NOTE",
         )
-    cause = None
-    if declared is not None and (high, low) != (None, None):
+    cause = rounding = precision_cause(ctx)
+    if cause is None and declared is not None and (high, low) != (None, None):
         got = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
         cause = f"the loss clips at {got} (read off its gradient), not at the declared range"
     raise PropertyFailure(
@@ -523,6 +546,7 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
             f"and dual {dual if dual is not None else 'none'} for A < 0",
             "loss(logp=0, old_logp=-log r, advantages=[+1, -1], mask=1) with r on a grid from 0.5 to 4",
             cause=cause,
+            confirmed=rounding is not None,  # the precision probe confirmed it
         )
     )
 
@@ -1127,7 +1151,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
         where = "6 responses of lengths 1-6 (the designed probe)"
     call = f"loss(logp, old_logp, advantages, mask{named}) on {where}"
     g, dtype = _objective_gradient(ctx, x, call)
-    u = _objective_unit(dtype)
+    u = max(_objective_unit(dtype), unit_roundoff(loss_precision(ctx).judged))
     if _agrees(g, obj, x, u):
         return
     found = next(
@@ -1146,7 +1170,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
         ),
         None,
     )
-    cause = found.what if found is not None else _term_probes(ctx, obj, x, g, u, call)
+    cause = found.what if found is not None else precision_cause(ctx) or _term_probes(ctx, obj, x, g, u, call)
     terms = _objective_terms(obj, x)
     pred = terms["policy"] + terms["kl"]
     diff = (g - pred).abs().nan_to_num(nan=math.inf)

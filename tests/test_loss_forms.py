@@ -233,3 +233,98 @@ def test_trl_bias_corrected_kl_rows_match_k3_is(mode: str) -> None:
     plain = dataclasses.replace(adapter, objective=dataclasses.replace(adapter.objective, kl="k3"))
     ((r,),) = [run_adapter(plain, max_examples=6, names=["loss_objective"])[0]]
     assert r["verdict"] == "FAIL" and "k3-is estimator in the loss" in r["message"], r["message"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# the loss's working precision (issue 26 item 1)
+
+_PRECISION_PROPERTIES = (
+    "loss_aggregation",
+    "loss_clipped_surrogate",
+    "loss_gradient_identity",
+    "loss_is_policy_gradient",
+    "loss_objective",
+)
+PRECISION_CASES = [c for c in LOSSES if c.breaks == "precision" or c.precision != "float64"]
+
+
+def _declared_adapter(case: LossCase, **kw: object) -> Adapter:
+    """What a user declares from the trainer's config: aggregation, clip and objective."""
+    obj = case.declared
+    return Adapter(
+        correct.post_contiguous,
+        "contiguous",
+        loss=case.fn,
+        convention="post",
+        name=case.name,
+        aggregation=obj.aggregation,
+        clip=(obj.eps_low, obj.eps_low if obj.eps_high is None else obj.eps_high),
+        objective=obj,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_precision_cases_are_a_correct_and_a_wrong_one() -> None:
+    assert {c.name: c.correct for c in PRECISION_CASES} == {"float32_ratio": True, "bfloat16_ratio": False}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("case", PRECISION_CASES, ids=lambda c: c.name)
+def test_loss_judged_at_its_working_precision(case: LossCase, seed: int, profile: str) -> None:
+    """A float32 ratio inside a float64 loss passes every gradient property (judged at float32, detected);
+    a bfloat16 ratio FAILs each of them with the precision named as the cause, confirmed by the probe."""
+    ctx = build_context(_declared_adapter(case))
+    outcomes = [
+        evaluate(name, ctx, max_examples=5, seed=seed, shrink=False) for name in _PRECISION_PROPERTIES
+    ]
+    if case.correct:
+        assert not [o.message for o in outcomes if o.verdict == "FAIL"]
+    else:
+        for o in outcomes:
+            assert o.verdict == "FAIL", (o.name, o.message)
+            assert o.finding is not None and o.finding.confirmed, (o.name, o.message)
+            assert case.cause_words in (o.finding.cause or ""), (o.name, o.message)
+
+
+def test_detected_precision_is_reported_and_declaring_replaces_it() -> None:
+    """The probe: float64 for a float64 loss, float32 for the float32 ratio, coarser for bfloat16; a
+    declaration replaces the measurement (and a float32 one judges a float32 loss at float32)."""
+    from sigma_ref.conformance.loss_precision import loss_precision
+
+    by_name = {c.name: c for c in LOSSES}
+    seen = {
+        name: loss_precision(build_context(_declared_adapter(by_name[name]))).measured
+        for name in ("token_mean", "float32_ratio", "bfloat16_ratio")
+    }
+    assert seen == {
+        "token_mean": "float64",
+        "float32_ratio": "float32",
+        "bfloat16_ratio": "coarser than float32",
+    }
+    declared = loss_precision(
+        build_context(_declared_adapter(by_name["float32_ratio"], loss_precision="float32"))
+    )
+    assert declared.declared and declared.judged == "float32" and "[declared]" in declared.describe()
+    note = evaluate("convention_detected", build_context(_declared_adapter(by_name["float32_ratio"])))
+    assert "loss working precision: float32 [detected" in note.message, note.message
+
+
+def test_a_loss_not_linear_in_the_advantages_is_not_called_a_precision() -> None:
+    """A loss that re-normalises the advantages has a large residual whose entries are no bfloat16 or
+    float16 numbers: it is judged at float64 and FAILs with its own cause."""
+    from sigma_ref.conformance.loss_precision import loss_precision
+
+    def renormalised(logp, old_logp, advantages, mask):  # type: ignore[no-untyped-def]
+        adv = (advantages / (1.0 + advantages.abs().sum())).unsqueeze(1)
+        return -(torch.exp(logp - old_logp) * adv * mask).sum() / mask.sum()
+
+    ctx = build_context(Adapter(correct.post_contiguous, "contiguous", loss=renormalised, convention="post"))
+    found = loss_precision(ctx)
+    assert found.judged == "float64" and found.residual > 0.01, found
+    outcome = evaluate("loss_is_policy_gradient", ctx, max_examples=3, shrink=False)
+    assert outcome.verdict == "FAIL" and "re-normalises" in outcome.message, outcome.message
+
+
+def test_loss_precision_errors_name_the_fix() -> None:
+    with pytest.raises(ValueError, match="loss_precision='float8' must be one of"):
+        Adapter(correct.post_contiguous, "contiguous", loss_precision="float8")

@@ -217,8 +217,10 @@ class Adapter:
     (module doc). ``returns``: layout token, what the returns equal (``"advantages"``, verl's
     outcome estimators), or ``None`` (not checked). ``keep_metric``: what a keep-mask filter
     counts k on, ``"accuracy"`` (``R > 0.5``) or ``"reward"``, or ``None`` to detect it;
-    ``keep_order``: how a per-group keep mask is ordered, or ``None`` to detect it. ``name``: how
-    reports name it.
+    ``keep_order``: how a per-group keep mask is ordered, or ``None`` to detect it.
+    ``loss_precision``: the precision the loss computes its gradient in (a float32 ratio inside a float64
+    loss is ``"float32"``), or ``None`` to detect it (:mod:`.loss_precision`). ``name``: how reports
+    name it.
 
     >>> import torch
     >>> def adv(rewards, group_size):
@@ -249,6 +251,7 @@ class Adapter:
     returns: str | None = None
     keep_metric: str | None = None
     keep_order: str | None = None
+    loss_precision: str | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.advantages):
@@ -278,6 +281,11 @@ class Adapter:
         if self.precision is not None and self.precision not in ALL_DTYPES:
             raise ValueError(
                 f"Adapter precision={self.precision!r} must be one of {ALL_DTYPES} or None (detect it)"
+            )
+        if self.loss_precision is not None and self.loss_precision not in ALL_DTYPES:
+            raise ValueError(
+                f"Adapter loss_precision={self.loss_precision!r} must be one of {ALL_DTYPES} or None "
+                "(detect it)"
             )
         if self.output is not None and not isinstance(self.output, str | int) and not callable(self.output):
             raise TypeError(f"Adapter output={self.output!r} must be a key, an index, a callable or None")

@@ -206,6 +206,15 @@ def gspo_token_rollout_is(logp, old_logp, advantages, mask, *, rollout_logp):
     return ((pg_losses * mask).sum(-1) / mask.sum(-1)).sum() / _seq_count(mask)
 
 
+def float32_ratio(logp, old_logp, advantages, mask):
+    """token-mean PPO with the ratio in float32 (log-probs as a float32 policy computes them) and the loss
+    returned in the advantages' float64: a float32 working precision under a float64 output."""
+    ratio = torch.exp(logp.float() - old_logp.float())
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, LO, HI) * adv)
+    return (per_token * mask).sum() / mask.sum()
+
+
 # --------------------------------------------------------------------------------------
 # wrong
 
@@ -346,6 +355,16 @@ def gspo_token_through_sequence(logp, old_logp, advantages, mask, *, rollout_log
     return ((pg_losses * mask).sum(-1) / mask.sum(-1)).sum() / _seq_count(mask)
 
 
+def bfloat16_ratio(logp, old_logp, advantages, mask):
+    """token-mean PPO with the ratio in bfloat16 (a mixed-precision policy's log-probs): 8 bits of
+    mantissa, so every token's gradient is off by up to 2**-9 and ratios near a bound fall on its wrong
+    side (the training-inference mismatch of bf16 RL)."""
+    ratio = torch.exp(logp.to(torch.bfloat16) - old_logp.to(torch.bfloat16))
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, LO, HI) * adv)
+    return (per_token * mask).sum() / mask.sum()
+
+
 # --------------------------------------------------------------------------------------
 
 
@@ -362,6 +381,7 @@ class LossCase:
     source: str = ""
     extras: tuple[str, ...] = ()  # keyword inputs: ref_logp, rollout_logp
     explained_by: Objective | None = None  # what the wrong code computes, when the oracle can say
+    precision: str = "float64"  # the precision its gradient is computed in (float32: a float32 ratio)
 
 
 def _ppo(aggregation="token-mean", **kw) -> Objective:
@@ -490,6 +510,14 @@ LOSSES: list[LossCase] = [
         dataclasses.replace(_GSPO_TOKEN, tis_cap=TIS_CAP),
         source=f"{_VERL} compute_policy_loss_gspo with rollout_is=token",
         extras=("rollout_logp",),
+    ),
+    LossCase(
+        "float32_ratio",
+        float32_ratio,
+        True,
+        _ppo(),
+        source=f"{_TRL} dapo with float32 log-probs (fp32 policy), loss in the advantages' dtype",
+        precision="float32",
     ),
     # wrong
     LossCase(
@@ -663,5 +691,15 @@ LOSSES: list[LossCase] = [
         "GSPO-token meant (verl); s_i left in the graph instead of sg(s_i) pi / sg(pi)",
         extras=("rollout_logp",),
         explained_by=dataclasses.replace(_GSPO, tis_cap=TIS_CAP),
+    ),
+    LossCase(
+        "bfloat16_ratio",
+        bfloat16_ratio,
+        False,
+        _ppo(),
+        "precision",
+        "coarser than float32",
+        "log-probs and ratio in bfloat16 (bf16 training-inference mismatch)",
+        precision="bfloat16",
     ),
 ]
