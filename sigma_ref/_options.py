@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: How a plain function is called (``spec/README.md``, "Call shapes").
-LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask")
+LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask", "sizes")
 #: Level 5: how groups are sharded over ranks, and who scales micro-batch losses.
 SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")

@@ -395,6 +395,8 @@ def _call_advantages(
         out = fn(rewards, index.copy(), **kw)
     elif layout == "contiguous":
         out = fn(rewards, _G, **kw)
+    elif layout == "sizes":  # the scale-out batch's groups are contiguous runs of _G
+        out = fn(rewards, [_G] * (int(rewards.shape[0]) // _G), **kw)
     else:
         out = fn(rewards.reshape(-1, _G), **kw)
     if isinstance(out, (tuple, list)):
