@@ -94,3 +94,19 @@ def test_wrong_sizes_code_fails_with_its_cause(case, seed: int, profile: str) ->
 def test_uneven_sizes_applies_to_the_sizes_layout_only() -> None:
     ctx = build_context(oracle_adapter("paper", layout="contiguous"))
     assert evaluate("uneven_group_sizes", ctx).verdict == "skip"
+
+
+def test_level5_takes_the_sizes_layout() -> None:
+    """Scale-out (W = 2 ranks, M = 2 micro-batches, real gloo processes): a sizes-layout function is called
+    with the shards' group sizes, and its advantages and the accumulated gradient equal the full batch's."""
+    from sigma_ref.conformance.scaleout import run_scaleout
+
+    report = run_scaleout(
+        "tests.gallery.trainers_sizes:split_normalise_trl",
+        "sigma_ref.conformance.scaleout:oracle_loss",
+        layout="sizes",
+        world_size=2,
+        micro_batches=2,
+        aggregation="token-mean",
+    )
+    assert "PASS" in report.summary().splitlines()[0] and "FAIL" not in report.summary(), report.summary()
