@@ -25,9 +25,13 @@
 # * GSPO, `s_i = exp(mean_t log r_it)`, `ell_it = -min(s_i A, clip(s_i) A)` on every token:
 #   `dL/dlogp_it = -(sum_t' w_it') A s_i / |y_i|`, which is `-w_it A s_i` for row-constant `w`,
 #   where `s_i` is inside the clip for A's sign, and 0 on the whole row where it is clipped;
+#   GSPO-token (`s_it = sg(s_i) pi_it / sg(pi_it)`, verl's form): `-w_it rho_it A_it s_i`, which
+#   parts from the sequence form when weights or advantages vary along a response;
 # * CISPO, `ell = -sg(clip(r, lo, hi)) A logp`: `-w clip(r, lo, hi) A` (never 0);
-# * rollout importance weights `rho` (TIS/MIS), `rho * ell`: `rho` times the above;
-# * KL in the loss, `beta k(logp - ref)`: `beta w k'`, with k1: 1, k2: `delta`, k3: `1 - exp(-delta)`;
+# * rollout importance weights `rho` (TIS/MIS; per token, per sequence, or the sequence's
+#   geometric mean), `rho * ell`: `rho` times the above;
+# * KL in the loss, `beta k(logp - ref)`: `beta w k'`, with k1: 1, k2: `delta`, k3: `1 - exp(-delta)`,
+#   and the importance-weighted `r k3` (TRL's default): `r delta`;
 #
 # and a theorem on the KL estimators' placement (section 5).
 
@@ -234,6 +238,58 @@ for a in (sp.Rational(3, 2), sp.Integer(-1)):
 clipped_table
 
 # %% [markdown]
+# **GSPO-token: where the two forms part.** Above, the advantage and the weight are one number per
+# row. The GSPO paper also defines GSPO-token, `s_it = sg(s_i) pi_it / sg(pi_it)`, the form verl
+# 0.9.1's `compute_policy_loss_gspo` writes (TRL 1.16.0 and OpenRLHF write the sequence form), so
+# that a token-level advantage `A_it` or a rollout weight `rho_it` can vary along a response. With
+# per-token `c_t = w_1t rho_1t A_1t` (symbols) on a row of three tokens, sympy differentiates both:
+#
+# * sequence form (`oracle kind="gspo"`, TRL): `L = -sum_t c_t s_1`, so `dL/dlogp_1t =
+#   -(s_1 / |y_1|) sum_t' c_t'`: every token of the row gets the row's mean;
+# * token form (`kind="gspo-token"`, verl): `L = -sum_t c_t s_1t`, so `dL/dlogp_1t = -c_t s_1`.
+#
+# They differ by `s_1 (c_t - mean_t' c_t')`: zero iff `c` is constant along the row, which is why
+# the gallery's scalar-advantage GSPO losses agreed under either form. `sigma_ref.objectives` states
+# both; the oracle matches sympy on a row with varying rollout weights and token advantages.
+
+# %%
+cw = sp.symbols("c0:3", real=True)  # c_t = w_1t rho_1t A_1t, constants of the loss
+seq_form = -sum(cw[t] * s1 for t in range(3))
+tok_form = -sum(cw[t] * S1 * sp.exp(L1[t] - Sg[t]) for t in range(3))
+undo_sg = {S1: s1, **{Sg[u]: L1[u] for u in range(3)}}
+gaps = []
+for t in range(3):
+    d_seq = sp.diff(seq_form, L1[t])
+    d_tok = sp.diff(tok_form, L1[t]).subs(undo_sg)
+    assert sp.simplify(d_seq - (-s1 * sum(cw) / 3)) == 0
+    assert sp.simplify(d_tok - (-cw[t] * s1)) == 0
+    gaps.append(sp.simplify(d_tok - d_seq))
+    assert sp.simplify(gaps[-1].subs({cw[1]: cw[0], cw[2]: cw[0]})) == 0  # constant c: the forms agree
+assert sp.simplify(gaps[0].subs({cw[0]: 1, cw[1]: 0, cw[2]: 0}) - (-sp.Rational(2, 3) * s1)) == 0
+# the oracle, token-mean weights 1/4, rollout weights and token advantages varying along row 1
+mask_r = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+lp_r = torch.tensor([[-0.5, -1.0, -0.2], [-0.7, 0.0, 0.0]], dtype=torch.float64)
+old_r = torch.tensor([[-0.6, -0.9, -0.25], [-0.65, 0.0, 0.0]], dtype=torch.float64)
+adv_r = torch.tensor([[1.5, -0.25, 0.75], [-0.5, 0.0, 0.0]], dtype=torch.float64)
+rho_r = torch.tensor([[0.5, 1.25, 2.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+c_row = [0.25 * float(rho_r[0, t]) * float(adv_r[0, t]) for t in range(3)]
+for kind, form in (("gspo", seq_form), ("gspo-token", tok_form)):
+    obj = O.Objective(kind, eps_low=0.2, eps_high=0.28, aggregation="token-mean")
+    g = O.loss_gradient(obj, lp_r, old_r, adv_r, mask_r, rho=rho_r)
+    at = {**{cw[t]: c_row[t] for t in range(3)}, **{L1[t]: float(lp_r[0, t]) for t in range(3)}}
+    at.update({O1[t]: float(old_r[0, t]) for t in range(3)})
+    for t in range(3):
+        want = float(sp.diff(form, L1[t]).subs(undo_sg).subs(at))
+        assert math.isclose(g[0, t].item(), want, rel_tol=1e-13), (kind, t)
+g_seq = O.loss_gradient(O.Objective("gspo", aggregation="token-mean"), lp_r, old_r, adv_r, mask_r, rho=rho_r)
+g_tok = O.loss_gradient(
+    O.Objective("gspo-token", aggregation="token-mean"), lp_r, old_r, adv_r, mask_r, rho=rho_r
+)
+gap_row = (g_tok - g_seq)[0].abs().max().item() / g_seq[0].abs().max().item()
+assert gap_row > 0.5  # measured: the forms differ by more than half the row's largest gradient
+gaps
+
+# %% [markdown]
 # ## 3. CISPO
 #
 # MiniMax-M1's CISPO: `ell = -sg(clip(r, 1 - eps_low, 1 + eps_high)) A logp` (the paper tunes
@@ -271,6 +327,29 @@ for q in ratios:
 rho = sp.Symbol("rho", positive=True)
 assert sp.diff(rho * surrogate, ell) - rho * sp.diff(surrogate, ell) == 0
 "TIS/MIS: a multiplicative constant on the policy term's gradient"
+
+# %% [markdown]
+# **The geometric-mean sequence weight.** verl 0.9.1's `geo_mean` loss weighs a sequence by the
+# geometric mean of its token weights, `(prod_t rho_t)^(1/|y|) = exp(mean_t log rho_t)`, a weight
+# that does not grow or shrink with the length as `prod_t rho_t` does (`importance_weights(...,
+# level="geometric")`). It is computed from constants too, so the rule above holds: its gradient is
+# the weight times the surrogate's. sympy states the weight of three token weights, and the oracle's
+# weight equals it (the cube root of 2 * 1/2 * 8 = 8 is 2).
+
+# %%
+rhos = sp.symbols("rho0:3", positive=True)
+geometric = sp.exp(sum(sp.log(v) for v in rhos) / 3)
+assert sp.simplify(geometric - sp.root(sp.Mul(*rhos), 3)) == 0
+assert sp.diff(geometric * surrogate, ell) - geometric * sp.diff(surrogate, ell) == 0
+w_geo = O.importance_weights(
+    torch.zeros(1, 3, dtype=torch.float64),
+    -torch.log(torch.tensor([[2.0, 0.5, 8.0]], dtype=torch.float64)),
+    torch.ones(1, 3),
+    cap=10.0,
+    level="geometric",
+)
+assert torch.allclose(w_geo, torch.full((1, 3), 2.0, dtype=torch.float64), rtol=1e-15, atol=0)
+"geometric-mean weight: (prod_t rho_t)^(1/|y|), a constant factor on the policy term's gradient"
 
 # %% [markdown]
 # ## 5. KL estimators: in the loss or in the reward
@@ -397,6 +476,44 @@ p_old = sp.symbols("p0:3", positive=True)
 weighted = sum(p_old[y] * (pi[y] / p_old[y]) * k["k3"](delta[y]) for y in range(3))
 assert all(is_zero(sp.diff(weighted, th[j]) - sp.diff(reverse, th[j])) for j in range(3))
 "E_old[r k3] has the reverse KL's gradient"
+
+# %% [markdown]
+# **Its per-token gradient** (the oracle's `kl="k3-is"`). Differentiated as TRL writes it,
+# `k3 * coef_1` with `coef_1 = exp(logp - old)` in the graph: `d(r k3)/dlogp = r k3 + r (1 - exp(-delta))
+# = r delta`, so on-policy (`r = 1`) the slope is `delta`, k2's, not k3's `1 - exp(-delta)`. With a
+# sequence ratio (`importance_sampling_level="sequence"`, the GSPO objective) `s_i` moves with every
+# token of the row: `d/dlogp_1t sum_t' w_t' s_1 k3_t' = w_t s_1 (1 - exp(-delta_t)) + (s_1 / |y_1|)
+# sum_t' w_t' k3_t'` (sympy on a row of three tokens); the oracle matches both at a point.
+
+# %%
+d_sym, o_sym = sp.symbols("delta_s o_s", real=True)
+k3_of = sp.exp(-(ell - d_sym)) - 1 + (ell - d_sym)  # ell = logp, d_sym = ref_logp
+assert sp.simplify(sp.diff(sp.exp(ell - o_sym) * k3_of, ell) - sp.exp(ell - o_sym) * (ell - d_sym)) == 0
+refs = sp.symbols("f0:3", real=True)
+ws = sp.symbols("v0:3", positive=True)
+k3_row = [sp.exp(refs[t] - L1[t]) - 1 + L1[t] - refs[t] for t in range(3)]
+seq_kl = sum(ws[t] * s1 * k3_row[t] for t in range(3))
+for t in range(3):
+    want = ws[t] * s1 * (1 - sp.exp(refs[t] - L1[t])) + s1 / 3 * sum(ws[u] * k3_row[u] for u in range(3))
+    assert sp.simplify(sp.diff(seq_kl, L1[t]) - want) == 0
+lp_k = torch.tensor([[-0.5, -1.0, -0.2]], dtype=torch.float64)
+old_k = torch.tensor([[-0.6, -0.9, -0.25]], dtype=torch.float64)
+ref_k = torch.tensor([[-0.9, -0.4, -0.3]], dtype=torch.float64)
+point_k = {L1[t]: float(lp_k[0, t]) for t in range(3)}
+point_k.update({O1[t]: float(old_k[0, t]) for t in range(3)})
+point_k.update({refs[t]: float(ref_k[0, t]) for t in range(3)})
+point_k.update({ws[t]: sp.Rational(1, 3) for t in range(3)})  # token-mean over one row of 3
+for kind in ("ppo", "gspo", "gspo-token"):
+    obj = O.Objective(kind, aggregation="token-mean", kl="k3-is", kl_coef=1.0)
+    g_kl = O.loss_gradient_terms(obj, lp_k, old_k, torch.zeros(1), torch.ones(1, 3), ref_logp=ref_k)["kl"]
+    for t in range(3):
+        if kind == "gspo":
+            want = sp.diff(seq_kl, L1[t])
+        else:  # a per-token ratio: r_t (ppo) or the value s_1 with d/dlogp_t = s_1 (gspo-token)
+            ratio_t = sp.exp(L1[t] - O1[t]) if kind == "ppo" else s1
+            want = ws[t] * ratio_t * (L1[t] - refs[t])
+        assert math.isclose(g_kl[0, t].item(), float(want.subs(point_k)), rel_tol=1e-13), (kind, t)
+"k3-is: d(r k3)/dlogp = r delta per token; GSPO's sequence ratio adds the row's mean k3"
 
 # %% [markdown]
 # ## 6. Entropy bonus

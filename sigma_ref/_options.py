@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: How a plain function is called (``spec/README.md``, "Call shapes").
-LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask")
+LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask", "sizes")
 #: Level 5: how groups are sharded over ranks, and who scales micro-batch losses.
 SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
@@ -55,10 +55,10 @@ RETURNS: tuple[str, ...] = ("advantages",)
 #: A keep-mask filter's metric (``Adapter.keep_metric``): k counted on the accuracy or the reward.
 KEEP_METRICS: tuple[str, ...] = ("accuracy", "reward")
 #: ``--objective`` and its terms (``sigma_ref.objectives.Objective``'s fields).
-OBJECTIVES: tuple[str, ...] = ("ppo", "gspo", "cispo")
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+OBJECTIVES: tuple[str, ...] = ("ppo", "gspo", "gspo-token", "cispo")
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "k3-is")
 KL_PLACEMENTS: tuple[str, ...] = ("loss", "reward")
-TIS_LEVELS: tuple[str, ...] = ("token", "sequence")
+TIS_LEVELS: tuple[str, ...] = ("token", "sequence", "geometric")
 TIS_MODES: tuple[str, ...] = ("truncate", "mask")
 #: The options that declare the objective, as ``build_context`` takes them (``dest`` without prefix).
 OBJECTIVE_OPTIONS: tuple[str, ...] = (
@@ -263,7 +263,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "objective",
         "the loss's objective at ratios != 1: ppo (token ratio, clipped), gspo (sequence ratio "
-        "exp(mean_t log r), clipped per sequence) or cispo (stop-gradient clipped ratio times log pi); "
+        "exp(mean_t log r), clipped per sequence, gradient through it: TRL, OpenRLHF), gspo-token (its token "
+        "form sg(s) pi / sg(pi): verl) or cispo (stop-gradient clipped ratio times log pi); "
         "needs --clip and --aggregation",
         choices=OBJECTIVES,
     ),
@@ -277,7 +278,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "kl",
         "the objective's KL estimator against the reference policy (k1 = delta, k2 = delta^2/2, "
-        "k3 = exp(-delta) - 1 + delta, delta = logp - ref_logp); needs --kl-coef",
+        "k3 = exp(-delta) - 1 + delta, k3-is = r k3 with the differentiable ratio r: TRL's "
+        "use_bias_correction_kl, an unbiased reverse-KL gradient; delta = logp - ref_logp); needs --kl-coef",
         choices=KL_ESTIMATORS,
     ),
     Option(
@@ -303,7 +305,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "tis-level",
-        "the importance weights: one per token (default) or per sequence (prod_t rho_t)",
+        "the importance weights: one per token (default), per sequence (prod_t rho_t) or the sequence's "
+        "geometric mean (prod_t rho_t)^(1/|y|)",
         choices=TIS_LEVELS,
     ),
     Option(

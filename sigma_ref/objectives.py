@@ -333,8 +333,9 @@ def effective_weights(
 # objectives
 
 
-Kind = Literal["ppo", "gspo", "cispo"]
-KL = Literal["k1", "k2", "k3"]
+Kind = Literal["ppo", "gspo", "gspo-token", "cispo"]
+KL = Literal["k1", "k2", "k3", "k3-is"]
+Level = Literal["token", "sequence", "geometric"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,16 +343,23 @@ class Objective:
     """A declared policy loss: ``L = sum_it w_it [rho_it * ell_it + kl_coef * k(delta_it)]``.
 
     ``kind``: ``ppo`` (token ratio, clipped surrogate), ``gspo`` (sequence ratio
-    ``s_i = exp(mean_t log r_it)`` clipped per sequence, GSPO paper / TRL
-    ``importance_sampling_level="sequence"``) or ``cispo`` (``ell = -sg(clip(r)) A log pi``).
+    ``s_i = exp(mean_t log r_it)`` clipped per sequence, the gradient flowing through ``s_i``: the GSPO
+    paper's sequence form, TRL 1.16.0 ``importance_sampling_level="sequence"``, OpenRLHF's ``gspo``),
+    ``gspo-token`` (GSPO-token: ``s_it = sg(s_i) pi_it / sg(pi_it)``, value ``s_i``, gradient per
+    token: verl 0.9.1's ``compute_policy_loss_gspo``) or ``cispo`` (``ell = -sg(clip(r)) A log pi``).
+    The two GSPO forms agree when importance weights, advantages and ``w_it`` are constant along each
+    response, and differ otherwise (``proofs/11_objectives.py`` §2).
     ``eps_low``/``eps_high``: the clip range ``[1 - eps_low, 1 + eps_high]`` (``eps_high`` None:
     ``eps_low``; for CISPO ``eps_low = math.inf`` means no lower bound, TRL's form, whose
     ``epsilon_high=eps_max`` is ``eps_high = eps_max - 1`` here). ``dual_clip``: ``c > 1`` for
     dual-clip PPO (``A < 0``: the loss is capped at ``-c A``). ``kl``/``kl_coef``/``kl_placement``:
-    the KL estimator against a reference policy, in the ``loss`` (a term of ``L``) or in the
-    ``reward`` (already inside the advantages: no term of ``L``). ``tis_cap``/``tis_level``/
-    ``tis_mode``: the rollout-vs-training importance weight ``rho`` (:func:`importance_weights`);
-    None: ``rho = 1``. ``aggregation``/``constant``: :func:`aggregation_weights`.
+    the KL estimator against a reference policy (:func:`kl_estimate`; ``k3-is`` is ``q k3`` with the
+    objective's own differentiable ratio ``q``, TRL's ``use_bias_correction_kl=True`` default, whose
+    expected gradient is the reverse KL's: declare it to ask whether a loss's KL is unbiased), in the
+    ``loss`` (a term of ``L``) or in the ``reward`` (already inside the advantages: no term of ``L``).
+    ``tis_cap``/``tis_level``/``tis_mode``: the rollout-vs-training importance weight ``rho``
+    (:func:`importance_weights`, per ``token``, ``sequence`` or ``geometric`` mean); None: ``rho = 1``.
+    ``aggregation``/``constant``: :func:`aggregation_weights`.
 
     >>> Objective("ppo", eps_low=0.2, eps_high=0.28).clip_range
     (0.8, 1.28)
@@ -365,14 +373,14 @@ class Objective:
     kl_coef: float = 0.0
     kl_placement: Literal["loss", "reward"] = "loss"
     tis_cap: float | None = None
-    tis_level: Literal["token", "sequence"] = "token"
+    tis_level: Level = "token"
     tis_mode: Literal["truncate", "mask"] = "truncate"
     aggregation: str = "token-mean"
     constant: float | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("ppo", "gspo", "cispo"):
-            raise ValueError(f"kind={self.kind!r} must be 'ppo', 'gspo' or 'cispo'")
+        if self.kind not in ("ppo", "gspo", "gspo-token", "cispo"):
+            raise ValueError(f"kind={self.kind!r} must be 'ppo', 'gspo', 'gspo-token' or 'cispo'")
         for name in ("eps_low", "eps_high"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, int | float) and v >= 0 and not math.isnan(v)):
@@ -390,8 +398,8 @@ class Objective:
                 raise ValueError(
                     f"dual_clip={self.dual_clip!r} must be a number > 1 (verl's clip_ratio_c, e.g. 3.0)"
                 )
-        if self.kl not in (None, "k1", "k2", "k3"):
-            raise ValueError(f"kl={self.kl!r} must be None, 'k1', 'k2' or 'k3'")
+        if self.kl not in (None, "k1", "k2", "k3", "k3-is"):
+            raise ValueError(f"kl={self.kl!r} must be None, 'k1', 'k2', 'k3' or 'k3-is'")
         if self.kl_placement not in ("loss", "reward"):
             raise ValueError(f"kl_placement={self.kl_placement!r} must be 'loss' or 'reward'")
         if not (isinstance(self.kl_coef, int | float) and math.isfinite(self.kl_coef)):
@@ -400,8 +408,13 @@ class Objective:
             raise ValueError(f"kl_coef={self.kl_coef!r} needs an estimator: set kl='k1', 'k2' or 'k3'")
         if self.tis_cap is not None and not (isinstance(self.tis_cap, int | float) and self.tis_cap > 0):
             raise ValueError(f"tis_cap={self.tis_cap!r} must be a positive number (e.g. 2.0) or None")
-        if self.tis_level not in ("token", "sequence"):
-            raise ValueError(f"tis_level={self.tis_level!r} must be 'token' or 'sequence'")
+        if self.tis_level not in ("token", "sequence", "geometric"):
+            raise ValueError(f"tis_level={self.tis_level!r} must be 'token', 'sequence' or 'geometric'")
+        if self.kl == "k3-is" and self.kl_placement == "reward":
+            raise ValueError(
+                "kl='k3-is' weights k3 by the policy's differentiable ratio, a term of the loss; in the "
+                "reward the estimator is a constant: declare kl='k3' (or 'k1') with kl_placement='reward'"
+            )
         if self.tis_mode not in ("truncate", "mask"):
             raise ValueError(f"tis_mode={self.tis_mode!r} must be 'truncate' or 'mask'")
         resolve_aggregation(self.aggregation)
@@ -413,18 +426,27 @@ class Objective:
         return 1 - self.eps_low, 1 + high
 
 
-def kl_estimate(logp: Any, ref_logp: Any, estimator: KL) -> tuple[torch.Tensor, torch.Tensor]:
+def kl_estimate(
+    logp: Any, ref_logp: Any, estimator: KL, *, ratio: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Value and derivative in ``logp`` of a per-token KL estimator, ``delta = logp - ref_logp``.
 
     Schulman's estimators of ``KL(pi || pi_ref)`` from ``y ~ pi``, with ``r = pi_ref / pi =
     exp(-delta)``: ``k1 = delta = -log r`` (derivative 1), ``k2 = delta**2 / 2`` (derivative
-    ``delta``), ``k3 = r - 1 - log r = exp(-delta) - 1 + delta`` (derivative ``1 - r``). In the
-    loss, only ``k2``'s expected gradient is the reverse KL's; ``k3``'s is the forward KL's and
-    ``k1``'s is 0 (``proofs/11_objectives.py``).
+    ``delta``), ``k3 = r - 1 - log r = exp(-delta) - 1 + delta`` (derivative ``1 - r``), and
+    ``k3-is = q k3``, k3 weighted by the importance ratio ``q = pi / pi_old = exp(logp - old_logp)``
+    (``ratio``, required) that carries its gradient ``dq/dlogp = q``: derivative ``q k3 + q (1 - r) =
+    q delta`` (TRL's ``use_bias_correction_kl``, DeepSeek-V3.2). In the loss with samples from
+    ``pi_old``, ``k2``'s expected gradient is the reverse KL's on-policy only, ``k3-is``'s at every
+    ratio; ``k3``'s is the forward KL's and ``k1``'s is 0 (``proofs/11_objectives.py`` §5).
 
     >>> value, slope = kl_estimate(torch.tensor([0.0]), torch.tensor([-1.0]), "k3")
     >>> round(value.item(), 4), round(slope.item(), 4)
     (0.3679, 0.6321)
+    >>> q = torch.tensor([2.0])
+    >>> value, slope = kl_estimate(torch.tensor([0.0]), torch.tensor([-1.0]), "k3-is", ratio=q)
+    >>> round(value.item(), 4), round(slope.item(), 4)
+    (0.7358, 2.0)
     """
     lp = torch.as_tensor(logp).detach().cpu().to(torch.float64)
     rp = torch.as_tensor(ref_logp).detach().cpu().to(torch.float64)
@@ -440,7 +462,18 @@ def kl_estimate(logp: Any, ref_logp: Any, estimator: KL) -> tuple[torch.Tensor, 
     if estimator == "k3":
         r = torch.exp(-delta)
         return r - 1 + delta, 1 - r
-    raise ValueError(f"estimator={estimator!r} must be 'k1', 'k2' or 'k3'")
+    if estimator == "k3-is":
+        if ratio is None:
+            raise ValueError(
+                "estimator='k3-is' needs ratio= (pi / pi_old = exp(logp - old_logp), the importance ratio)"
+            )
+        q = torch.as_tensor(ratio).detach().cpu().to(torch.float64)
+        if q.shape != lp.shape:
+            raise ValueError(
+                f"ratio has shape {tuple(q.shape)} but logp has {tuple(lp.shape)}; pass one shape"
+            )
+        return q * (torch.exp(-delta) - 1 + delta), q * delta
+    raise ValueError(f"estimator={estimator!r} must be 'k1', 'k2', 'k3' or 'k3-is'")
 
 
 def importance_weights(
@@ -449,18 +482,23 @@ def importance_weights(
     mask: Any,
     *,
     cap: float,
-    level: Literal["token", "sequence"] = "token",
+    level: Level = "token",
     mode: Literal["truncate", "mask"] = "truncate",
 ) -> torch.Tensor:
     """Rollout-correction weights ``rho [N, T]`` (constants: no gradient flows through them).
 
     ``rho_it = pi_old(y_it) / pi_rollout(y_it)`` (``level="token"``) or, for every token of
     row ``i``, the sequence ratio ``prod_t`` of them (``level="sequence"``, TRL 1.16.0's
-    ``sequence_*`` modes: ``exp(sum_t mask_it (old - rollout))``); ``truncate``:
+    ``sequence_*`` modes: ``exp(sum_t mask_it (old - rollout))``) or their geometric mean
+    ``(prod_t rho_it)^(1/|y_i|) = exp(sum_t mask_it (old - rollout) / |y_i|)`` (``level="geometric"``,
+    verl 0.9.1's ``geo_mean`` loss, a length-independent sequence weight); ``truncate``:
     ``min(rho, cap)`` (TIS); ``mask``: ``rho * 1[rho <= cap]`` (MIS). 0 on masked tokens.
 
     >>> importance_weights(torch.tensor([[0.0, 0.0]]), torch.tensor([[-1.0, 0.5]]), torch.ones(1, 2), cap=2.0)
     tensor([[2.0000, 0.6065]], dtype=torch.float64)
+    >>> old, rollout, mask = torch.zeros(1, 2), torch.tensor([[-1.0, 0.5]]), torch.ones(1, 2)
+    >>> importance_weights(old, rollout, mask, cap=2.0, level="geometric")
+    tensor([[1.2840, 1.2840]], dtype=torch.float64)
     """
     m = _mask(mask)
     shape = tuple(m.shape)
@@ -469,8 +507,10 @@ def importance_weights(
         raise ValueError(f"cap={cap!r} must be a positive number (e.g. 2.0)")
     if level == "sequence":
         diff = diff.sum(-1, keepdim=True).expand_as(m)
+    elif level == "geometric":
+        diff = (diff.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)).expand_as(m)
     elif level != "token":
-        raise ValueError(f"level={level!r} must be 'token' or 'sequence'")
+        raise ValueError(f"level={level!r} must be 'token', 'sequence' or 'geometric'")
     rho = torch.exp(diff)
     if mode == "truncate":
         rho = rho.clamp(max=cap)
@@ -501,15 +541,20 @@ def loss_gradient_terms(
     * ``ppo`` (``ell = -max(min(r A, clip(r, lo, hi) A), c A if A < 0)``):
       ``-w rho A r`` where the clip is inactive for the sign of A (``A > 0``: ``r <= hi``;
       ``A < 0``: ``r >= lo``, and with dual clip also ``r <= c``), else 0;
-    * ``gspo`` (``s_i = exp(sum_t mask_it log r_it / |y_i|)``, ``ell_it = -min(s_i A_i,
-      clip(s_i) A_i)`` broadcast over the row): ``-(mask_it / |y_i|) (sum_t' w_it' rho_it') A_i s_i``
-      where ``s_i`` is inside for the sign of ``A_i``, else 0; for every mode here (``w`` constant
-      along a row) that is ``-w_it rho_it A_i s_i``, also verl's token form
-      ``s_it = sg(s_i) pi_it / sg(pi_it)``. Token-summed modes thus weigh sequence ``i``'s
-      objective by ``sum_t w_it = |y_i| / N_tok`` (length-weighted) instead of ``1 / N_seq``;
+    * ``gspo`` (``s_i = exp(sum_t mask_it log r_it / |y_i|)``, ``ell_it = -min(s_i A_it,
+      clip(s_i) A_it)``, ``s_i`` broadcast over the row, its gradient through ``s_i``: the sequence
+      form): ``-(mask_it / |y_i|) sum_t' w_it' rho_it' A_it' s_i [s_i inside for the sign of A_it']``;
+    * ``gspo-token`` (``s_it = sg(s_i) pi_it / sg(pi_it)``, value ``s_i``, ``ds_it/dlogp_it = s_i``):
+      ``-w_it rho_it A_it s_i`` where ``s_i`` is inside for the sign of ``A_it``, else 0. The two
+      forms agree when ``w_it rho_it A_it`` is constant along each response (then the row sum is
+      ``|y_i|`` times each term), e.g. scalar advantages, no rollout weights and any mode here;
+      they differ when importance weights or advantages vary along a response;
     * ``cispo`` (``ell = -sg(clip(r, lo, hi)) A log pi``): ``-w rho clip(r, lo, hi) A``;
-    * KL in the loss adds ``kl_coef * w * dk/dlogp`` (:func:`kl_estimate`); in the reward it
-      adds nothing here (it is inside ``advantages``).
+    * KL in the loss adds ``kl_coef * w * dk/dlogp`` (:func:`kl_estimate`); ``k3-is`` weights k3 by
+      the objective's own ratio ``q`` (``r_it``; GSPO's ``s_i``): ``kl_coef w q delta`` for a ratio
+      per token (``ppo``, ``cispo``, ``gspo-token``), and for ``gspo``, whose ``s_i`` moves with the
+      whole row, ``kl_coef [w_it s_i (1 - exp(-delta_it)) + (mask_it / |y_i|) sum_t' w_it' s_i
+      k3_it']``; in the reward it adds nothing here (it is inside ``advantages``).
 
     ``advantages``: ``[N]`` (one per response) or ``[N, T]`` (token-level). ``rho``: ``[N, T]``
     importance weights used as given instead of ``tis_cap``'s (constants: e.g. the weights a
@@ -562,12 +607,15 @@ def loss_gradient_terms(
         if objective.dual_clip is not None:
             inside = inside & ~((adv < 0) & (r > objective.dual_clip))
         grad = -w * rho * adv * r * inside
-    elif objective.kind == "gspo":
+    elif objective.kind in ("gspo", "gspo-token"):
         length = m.sum(-1, keepdim=True).clamp(min=1)
         s = torch.exp(log_ratio.sum(-1, keepdim=True) / length)
         inside = torch.where(adv > 0, s <= hi, s >= lo)
-        row = (w * rho * adv * s * inside).sum(-1, keepdim=True)
-        grad = -(m / length) * row
+        if objective.kind == "gspo":  # through s_i: ds_i/dlogp_it = s_i mask_it / |y_i|
+            row = (w * rho * adv * s * inside).sum(-1, keepdim=True)
+            grad = -(m / length) * row
+        else:  # GSPO-token: ds_it/dlogp_it = s_i, no cross-token term
+            grad = -w * rho * adv * s * inside
     else:
         r = torch.exp(log_ratio)
         grad = -w * rho * r.clamp(min=lo, max=hi) * adv
@@ -576,8 +624,27 @@ def loss_gradient_terms(
             raise ValueError(
                 f"kl={objective.kl!r} in the loss needs ref_logp= (the reference policy's log-probs)"
             )
-        _, slope = kl_estimate(lp, _tokens(ref_logp, "ref_logp", shape), objective.kl)
-        kl = objective.kl_coef * w * slope * m
+        ref = _tokens(ref_logp, "ref_logp", shape)
+        if objective.kl == "k3-is" and objective.kind == "gspo":
+            # q = s_i carries the gradient of the whole row: d/dlogp_it sum_t' w s_i k3_it' =
+            # w_it s_i (1 - exp(-delta_it)) + (mask_it / |y_i|) sum_t' w_it' s_i k3_it'
+            length = m.sum(-1, keepdim=True).clamp(min=1)
+            q = torch.exp(log_ratio.sum(-1, keepdim=True) / length).expand_as(m)
+            value, _ = kl_estimate(lp, ref, "k3-is", ratio=q)
+            _, own = kl_estimate(lp, ref, "k3")
+            kl = objective.kl_coef * (w * q * own + (m / length) * (w * value * m).sum(-1, keepdim=True))
+        else:
+            if objective.kl == "k3-is":  # a per-token ratio q_it with dq_it/dlogp_it = q_it
+                if objective.kind == "gspo-token":  # value s_i, gradient per token
+                    length = m.sum(-1, keepdim=True).clamp(min=1)
+                    q = torch.exp(log_ratio.sum(-1, keepdim=True) / length).expand_as(m)
+                else:
+                    q = torch.exp(log_ratio)
+                _, slope = kl_estimate(lp, ref, "k3-is", ratio=q)
+            else:
+                _, slope = kl_estimate(lp, ref, objective.kl)
+            kl = objective.kl_coef * w * slope
+        kl = kl * m
     else:
         kl = torch.zeros_like(m)
     return {"policy": grad * m, "kl": kl}

@@ -21,7 +21,7 @@ the prefix ``--sigma-ref-``, as hypothesis' options share ``--hypothesis-``):
 * ``--sigma-ref-impl pkg.module:attr``: the implementation under test, a plain function
   or a ``sigma_ref.conformance.Adapter`` (default: the oracle itself, so the suite checks
   itself in every run);
-* ``--sigma-ref-layout contiguous|index|grouped|token|keep-mask``: how a plain function is called;
+* ``--sigma-ref-layout contiguous|index|grouped|token|keep-mask|sizes``: how a plain function is called;
 * ``--sigma-ref-output KEY|INDEX``: where the advantages are in the result (``sigma-ref
   check --output``);
 * ``--sigma-ref-loss pkg.module:loss``: ``loss(logp, old_logp, advantages, mask) -> scalar``,
@@ -40,10 +40,10 @@ the prefix ``--sigma-ref-``, as hypothesis' options share ``--hypothesis-``):
   detected);
 * ``--sigma-ref-timeout SECONDS``: the limit on each call of the implementation (default
   10; 0: none); a call that does not return in time fails its property.
-* ``--sigma-ref-objective ppo|gspo|cispo`` (with ``--sigma-ref-clip`` and
-  ``--sigma-ref-aggregation``), ``--sigma-ref-dual-clip C``, ``--sigma-ref-kl k1|k2|k3``
+* ``--sigma-ref-objective ppo|gspo|gspo-token|cispo`` (with ``--sigma-ref-clip`` and
+  ``--sigma-ref-aggregation``), ``--sigma-ref-dual-clip C``, ``--sigma-ref-kl k1|k2|k3|k3-is``
   ``--sigma-ref-kl-coef BETA`` ``--sigma-ref-kl-placement loss|reward``, ``--sigma-ref-tis-cap C``
-  ``--sigma-ref-tis-level token|sequence`` ``--sigma-ref-tis-mode truncate|mask``: the loss's
+  ``--sigma-ref-tis-level token|sequence|geometric`` ``--sigma-ref-tis-mode truncate|mask``: the loss's
   objective at ratios != 1 (``sigma_ref.objectives.Objective``), checked by ``loss_objective``.
 * ``--sigma-ref-world-size W``, ``--sigma-ref-micro-batches M`` (``1,2,3`` for several), with
   ``--sigma-ref-split``, ``--sigma-ref-loss-scale``, ``--sigma-ref-scaleout-timeout``,

@@ -396,3 +396,88 @@ def test_token_reward_position(ctx: Context, batch: Batch, p: Any) -> None:
             confirmed=cause is not None,
         )
     )
+
+
+def _runs(sizes: list[int], values: list[float]) -> Batch:
+    """A batch of contiguous groups of the given ``sizes``, rewards cycled from ``values``."""
+    n = sum(sizes)
+    rewards = np.array([values[i % len(values)] for i in range(n)], dtype=np.float64)
+    return Batch(rewards, np.repeat(np.arange(len(sizes)), sizes))
+
+
+#: Uneven runs: sizes 4, 2, 6 (N = 12 = 3 x 4: code that takes group_sizes[0] for every group runs and
+#: regroups), then the issue's group of 5 between groups of 8, with binary and continuous rewards.
+_UNEVEN = [
+    _runs([4, 2, 6], [1.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0, 2.0, 0.25]),
+    _runs([8, 5, 8], [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]),
+    _runs([8, 5, 8], [0.5, 2.0, -1.0, 0.75, 3.0, 0.0, 1.25, -0.5, 1.5, 0.0, 2.5]),
+]
+
+
+def _sizes_only(ctx: Context, p: Any) -> str | None:
+    return None if ctx.adapter.layout == "sizes" else f"layout {ctx.adapter.layout!r} takes no group sizes"
+
+
+@conformance_property(
+    level="algebra",
+    examples=lambda ctx, p: list(_UNEVEN),
+    strategy=lambda ctx, p: sst.ragged_batches(
+        min_groups=2, max_groups=4, interleaved=False, values="mixed"
+    ).map(lambda ri: Batch(*ri)),
+    applies=_sizes_only,
+)
+def test_uneven_group_sizes(ctx: Context, ex: Batch, p: Any) -> None:
+    """Positional groups of uneven sizes (``fn(rewards, group_sizes)``, e.g. a group of 5 between groups
+    of 8) are each normalised over their own run: A equals the oracle's per group.
+    """
+    batch = ex
+    _, sizes = batch.runs()
+    call = ctx.adapter.call_repr(batch)
+    try:
+        a = ctx.flat(batch)
+    except PropertyFailure:
+        if len(set(sizes)) > 1 and batch.n % sizes[0] != 0:
+            raise PropertyFailure(
+                Finding(
+                    f"the call raised on group sizes {sizes}, but should return {batch.n} advantages",
+                    call,
+                    ctx.reference.name,
+                    f"the code takes group_sizes[0] = {sizes[0]} for every group (a view(-1, G)), which "
+                    f"cannot reshape N = {batch.n}: split by the sizes (torch.split(rewards, group_sizes))",
+                    confirmed=True,
+                )
+            ) from None
+        raise
+    expected = ctx.expected(batch)
+    tol = ctx.tolerance(batch, expected)
+    found = mismatch_message(a, expected, 0.0, tol)
+    if found is None:
+        return
+    starts = np.cumsum([0, *sizes[:-1]])
+    longest = max(sizes)
+    # the groups padded with zeros to the longest one, each row's statistics over the padded row
+    padded = np.zeros((len(sizes), longest))
+    for j, (s, g) in enumerate(zip(starts, sizes, strict=True)):
+        padded[j, :g] = batch.rewards[s : s + g]
+    over_padding = ctx.expected(Batch.grouped(padded)).reshape(len(sizes), longest)
+    readings: dict[str, np.ndarray] = {
+        f"each group's statistics are taken over the groups padded with zeros to the longest size "
+        f"({longest}, pad_sequence): a short group counts the padding as rewards; take each group's mean "
+        "and std over its own run": np.concatenate([over_padding[j, :g] for j, g in enumerate(sizes)]),
+    }
+    if batch.n % sizes[0] == 0:
+        equal = Batch(batch.rewards, np.repeat(np.arange(batch.n // sizes[0]), sizes[0]))
+        readings[
+            f"every group is taken to have group_sizes[0] = {sizes[0]} members (a view(-1, G)): the runs "
+            f"after the first uneven group are regrouped; split by the sizes {sizes}"
+        ] = ctx.expected(equal)
+    cause = next((w for w, v in readings.items() if mismatch_message(a, v, 0.0, tol) is None), None)
+    raise PropertyFailure(
+        Finding(
+            f"advantages of uneven groups {sizes}: {found[0]}",
+            call,
+            ctx.reference.name,
+            cause,
+            confirmed=cause is not None,
+        )
+    )

@@ -46,6 +46,7 @@ from sigma_ref.conformance.inputs import (
     seeded,
     single_process_globals,
 )
+from sigma_ref.conformance.loss_precision import loss_precision, precision_cause
 from sigma_ref.conformance.precision import (
     COUNT_EPS_RTOL,
     PRECISIONS,
@@ -61,6 +62,7 @@ from sigma_ref.objectives import (
     aggregation_weights,
     detect_aggregation,
     importance_weights,
+    kl_estimate,
     loss_gradient,
     loss_gradient_terms,
     resolve_aggregation,
@@ -119,6 +121,8 @@ def test_convention_detected(ctx: Context, ex: Any, p: Any) -> None:
         facts.append(f"declared {ctx.declared!r}, judged against it")
     if det.notes:
         facts.append("probes: " + "; ".join(det.notes))
+    if ctx.adapter.loss is not None:
+        facts.append(loss_precision(ctx).describe())
     raise PropertyFailure(Finding("; ".join(facts)), verdict="NOTE")
 
 
@@ -131,10 +135,16 @@ def _token_weights(ctx: Context, pol: Policy, batch: Batch, adv: torch.Tensor) -
 
 
 def _loss_unit(ctx: Context, pol: Policy, batch: Batch) -> float:
-    """The unit roundoff of the loss's working precision: its output dtype's (float64's at best)."""
+    """The unit roundoff of the loss's working precision: the coarser of its output dtype's and the
+    precision its gradient is computed in (declared or measured, :mod:`sigma_ref.conformance.loss_precision`;
+    a float32 ratio inside a float64 loss is float32), float64's at best."""
     leaf = pol.logp().detach()
     out = call_loss(ctx, leaf, torch.ones(batch.n, dtype=torch.float64), pol.mask, batch)
-    return max(unit_roundoff(out.dtype), unit_roundoff(ctx.precision) if out.dtype != torch.float64 else 0.0)
+    return max(
+        unit_roundoff(out.dtype),
+        unit_roundoff(loss_precision(ctx).judged),
+        unit_roundoff(ctx.precision) if out.dtype != torch.float64 else 0.0,
+    )
 
 
 @conformance_property(
@@ -194,6 +204,8 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
         loss_tol = (SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms).reshape(-1) + 1e-300
         if not np.any(got):
             cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
+        elif precision_cause(ctx) is not None:
+            cause = precision_cause(ctx)
         elif mismatch_message(got.reshape(-1), own.reshape(-1), 0.0, loss_tol) is None:
             cause = (
                 "the loss is a correct weighted policy gradient of the advantages it is given; the "
@@ -245,7 +257,7 @@ def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) ->
         ctx.fail(
             "dL/dlogp_it at ratio 1 is not -w_it A_i with weights w independent of the advantages",
             batch,
-            cause="the loss re-normalises or clips the advantages at ratio 1",
+            cause=precision_cause(ctx) or "the loss re-normalises or clips the advantages at ratio 1",
         )
 
 
@@ -301,6 +313,8 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     lengths = pol.mask.sum(-1).int().tolist()
     seen = "unrecognised weights" if found is None else found[0] + (f", C = {found[1]:g}" if found[1] else "")
     declared = ctx.adapter.aggregation
+    if declared is None and precision_cause(ctx) is not None:
+        raise PropertyFailure(Finding(f"aggregation not read: {precision_cause(ctx)}"), verdict="NOTE")
     if declared is None:
         raise PropertyFailure(
             Finding(
@@ -315,6 +329,9 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
         )
     i = int(torch.argmax((w - expected).abs().sum(-1)))
     cause = f"the loss applies {seen} weights"
+    rounding = precision_cause(ctx)
+    if rounding is not None:  # the weights are rounded, not another mode's
+        found, cause = None, rounding
     on = pol.mask > 0
     if found is None and resolve_aggregation(declared) == "token-mean":
         # a token-mean whose normaliser differs between parts of the batch: per-micro-batch counts
@@ -332,7 +349,11 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
                     f"averaged, a normaliser taken per micro-batch instead of over all {n1 + n2} tokens"
                 )
                 found = ("per-micro-batch token-mean", None)
-    named = _aggregation_cause(resolve_aggregation(declared), found, w, expected, pol.mask, rtol)
+    named = (
+        None
+        if rounding is not None
+        else _aggregation_cause(resolve_aggregation(declared), found, w, expected, pol.mask, rtol)
+    )
     cause = named or cause
     raise PropertyFailure(
         Finding(
@@ -341,7 +362,8 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
             f"{resolve_aggregation(declared)}",
             f"loss(logp, old_logp=logp, advantages=1, mask) on lengths {lengths}, T = {POLICY_T}",
             cause=cause,
-            confirmed=found is not None or named is not None,  # the measured weights show it
+            # the measured weights show it, or the precision probe does
+            confirmed=found is not None or named is not None or rounding is not None,
         )
     )
 
@@ -462,6 +484,8 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
     high = _bound(~zero[0], r, upper=True)
     low = _bound(~zero[1, r < 1.5], r[r < 1.5], upper=False)
     dual = _bound(~zero[1, r > 1.5], r[r > 1.5], upper=True)
+    if declared is None and precision_cause(ctx) is not None:
+        raise PropertyFailure(Finding(f"clip range not read: {precision_cause(ctx)}"), verdict="NOTE")
     if declared is None and (
         (high is not None and high < 1) or (low is not None and low > 1) or (dual or 2) <= 1
     ):
@@ -494,7 +518,7 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
         )
         how = "detected"
     pred = loss_gradient(obj, logp, old, adv, mask) * w
-    u_loss = unit_roundoff(out.dtype)
+    u_loss = max(unit_roundoff(out.dtype), unit_roundoff(loss_precision(ctx).judged))
     tol = SAFETY * (2 + math.log2(mask.numel())) * max(u_loss, PRECISIONS["float64"]) * scale + 1e-12 * scale
     bad = (g - pred).abs() > tol + SAFETY * u_loss * pred.abs()
     summary = (
@@ -515,8 +539,8 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
             ),
             verdict="NOTE",
         )
-    cause = None
-    if declared is not None and (high, low) != (None, None):
+    cause = rounding = precision_cause(ctx)
+    if cause is None and declared is not None and (high, low) != (None, None):
         got = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
         cause = f"the loss clips at {got} (read off its gradient), not at the declared range"
     raise PropertyFailure(
@@ -528,6 +552,7 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
             f"and dual {dual if dual is not None else 'none'} for A < 0",
             "loss(logp=0, old_logp=-log r, advantages=[+1, -1], mask=1) with r on a grid from 0.5 to 4",
             cause=cause,
+            confirmed=rounding is not None,  # the precision probe confirmed it
         )
     )
 
@@ -648,7 +673,7 @@ def _generated(obj: Objective, drawn: _Drawn, margin: float) -> dict[str, torch.
     lengths = torch.tensor(drawn.lengths)
     mask = (torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
     low, high = (math.log(v) for v in _RATIOS_DRAWN)
-    if obj.kind == "gspo":  # the sequence ratio exp(mean_t log r) is what the clip sees
+    if obj.kind in ("gspo", "gspo-token"):  # the sequence ratio exp(mean_t log r) is what the clip sees
         seq = _uniform_in_regions(gen, _cut_points(obj), low, high, margin, (n, 1))
         log_ratio = _spread(gen, seq * lengths.unsqueeze(1), mask, 0.4)
     else:
@@ -657,8 +682,11 @@ def _generated(obj: Objective, drawn: _Drawn, margin: float) -> dict[str, torch.
     logp = old + log_ratio
     cap = [] if obj.tis_cap is None else [math.log(obj.tis_cap)]
     w_low, w_high = (math.log(v) for v in _WEIGHTS_DRAWN)
-    if obj.tis_level == "sequence" and obj.tis_cap is not None:  # prod_t rho is what the cap sees
-        log_rho = _spread(gen, _uniform_in_regions(gen, cap, w_low, w_high, margin, (n, 1)), mask, 0.3)
+    if obj.tis_level != "token" and obj.tis_cap is not None:  # prod_t rho or its mean is what the cap sees
+        seq_rho = _uniform_in_regions(gen, cap, w_low, w_high, margin, (n, 1))
+        if obj.tis_level == "geometric":
+            seq_rho = seq_rho * lengths.unsqueeze(1)
+        log_rho = _spread(gen, seq_rho, mask, 0.3)
     else:
         log_rho = _uniform_in_regions(gen, cap, w_low, w_high, margin, (n, t))
     delta = 3 * torch.rand(n, t, generator=gen, dtype=torch.float64) - 1.5
@@ -730,7 +758,7 @@ def _structural_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list
                 rho=rho * r.clamp(max=obj.eps_high) / r.clamp(min=lo, max=hi),
             )
         )
-    if obj.kind == "gspo":
+    if obj.kind in ("gspo", "gspo-token"):
         # exp(sum_t log r_t) is GSPO's ratio of log-probs scaled by |y_i|; the chain rule gives back |y_i|
         length = m.sum(-1, keepdim=True).clamp(min=1)
         scaled = dict(x, logp=x["logp"] * length, old_logp=x["old_logp"] * length)
@@ -774,6 +802,26 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
         except ValueError:  # not a valid objective (e.g. a dual clip on GSPO): never matches
             return o
 
+    if obj.kl == "k3-is" and obj.kl_placement == "loss" and obj.kl_coef != 0:
+        # r k3 with the ratio detached: the slope q (1 - exp(-delta)) of k3 scaled, without q's own k3 q
+        m = x["mask"]
+        log_q = (x["logp"] - x["old_logp"]) * m
+        if obj.kind in ("gspo", "gspo-token"):
+            log_q = (log_q.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)).expand_as(m)
+        w = aggregation_weights(m, obj.aggregation, constant=obj.constant)
+        _, k3_slope = kl_estimate(x["logp"], x["ref_logp"], "k3")
+        alt.append(
+            _Alternative(
+                "the ratio weighting k3 is detached (r.detach() * k3): the KL's slope is "
+                "r (1 - exp(-delta)), not r delta, so the KL gradient is k3's (the forward KL's) "
+                "reweighted; keep the ratio in the graph, as TRL's use_bias_correction_kl does",
+                obj,
+                terms={
+                    "policy": _objective_terms(obj, x)["policy"],
+                    "kl": obj.kl_coef * w * torch.exp(log_q) * k3_slope * m,
+                },
+            )
+        )
     if obj.kl is not None and obj.kl_coef != 0:
         if obj.kl_placement == "loss":
             alt.append(
@@ -784,7 +832,7 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
                     "the KL term has no gradient (missing or detached)", rep(obj, kl=None, kl_coef=0.0)
                 )
             )
-        for est in ("k1", "k2", "k3"):
+        for est in ("k1", "k2", "k3", "k3-is"):
             if est != obj.kl or obj.kl_placement == "reward":
                 where = (
                     "in the loss"
@@ -799,7 +847,7 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
     for mode in AGGREGATION_MODES:
         if resolve_aggregation(obj.aggregation) != mode:
             what = f"the loss aggregates with {mode}, not {resolve_aggregation(obj.aggregation)}"
-            if obj.kind == "gspo" and mode in ("token-mean", "token-sum"):
+            if obj.kind in ("gspo", "gspo-token") and mode in ("token-mean", "token-sum"):
                 what = (
                     f"the sequence ratio is broadcast over tokens and reduced with {mode}: each sequence is "
                     "weighted by its length"
@@ -826,14 +874,42 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
         )
     if obj.kind == "ppo":
         alt.append(_Alternative("the sequence-level (GSPO) ratio is used", rep(obj, kind="gspo")))
-    if obj.kind == "gspo":
+        alt.append(_Alternative("the sequence-level (GSPO-token) ratio is used", rep(obj, kind="gspo-token")))
+    if obj.kind in ("gspo", "gspo-token"):
         alt.append(_Alternative("token-level ratios are used, not the sequence ratio", rep(obj, kind="ppo")))
+    if obj.kind == "gspo":
+        alt.append(
+            _Alternative(
+                "the GSPO-token form (s_it = sg(s_i) pi_it / sg(pi_it), verl's): each token keeps its own "
+                "weight and advantage, where the declared sequence form (TRL's, OpenRLHF's) gives every "
+                "token of a response the response's mean",
+                rep(obj, kind="gspo-token"),
+            )
+        )
+    if obj.kind == "gspo-token":
+        alt.append(
+            _Alternative(
+                "the sequence form (the gradient flows through s_i = exp(mean_t log r_t): TRL's, "
+                "OpenRLHF's), not the declared GSPO-token form sg(s_i) pi_it / sg(pi_it) (verl's): "
+                "every token of a response gets the response's mean of weight times advantage",
+                rep(obj, kind="gspo"),
+            )
+        )
     if obj.tis_cap is not None:
         cap, level, mode = obj.tis_cap, obj.tis_level, obj.tis_mode
         old, rollout, mask = x["old_logp"], x["rollout_logp"], x["mask"]
         alt.append(_Alternative("no rollout-vs-training importance correction", rep(obj, tis_cap=None)))
-        other = "sequence" if level == "token" else "token"
-        alt.append(_Alternative(f"the importance weight is taken per {other}", rep(obj, tis_level=other)))
+        per = {
+            "token": "per token",
+            "sequence": "per sequence (prod_t rho_t)",
+            "geometric": "as the sequence's geometric mean (prod_t rho_t)^(1/|y|)",
+        }
+        for other in ("token", "sequence", "geometric"):
+            # a declared sequence weight taken as its geometric mean has its own words below
+            if other != level and (level, other) != ("sequence", "geometric"):
+                alt.append(
+                    _Alternative(f"the importance weight is taken {per[other]}", rep(obj, tis_level=other))
+                )
         flipped = "mask" if mode == "truncate" else "truncate"
         how = {"mask": "masked (0 above the cap, MIS)", "truncate": "truncated at the cap (TIS)"}
         alt.append(
@@ -1028,6 +1104,11 @@ def _objective_note(ctx: Context, p: Any) -> None:
     )
     if obj.kl == "k3" and obj.kl_placement == "loss" and obj.kl_coef != 0:
         text += "; " + k3_bias(_objective_probe())
+    if obj.kl == "k3-is" and obj.kl_placement == "loss" and obj.kl_coef != 0:
+        text += (
+            "; k3-is in the loss: r k3 with the ratio in the graph, slope r delta, whose expectation under "
+            "pi_old is the reverse KL's gradient at any ratio (proofs/11_objectives.py §5)"
+        )
     raise PropertyFailure(Finding(text), verdict="NOTE")
 
 
@@ -1062,7 +1143,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
         where = "6 responses of lengths 1-6 (the designed probe)"
     call = f"loss(logp, old_logp, advantages, mask{named}) on {where}"
     g, dtype = _objective_gradient(ctx, x, call)
-    u = _objective_unit(dtype)
+    u = max(_objective_unit(dtype), unit_roundoff(loss_precision(ctx).judged))
     if _agrees(g, obj, x, u):
         return
     found = next(
@@ -1081,7 +1162,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
         ),
         None,
     )
-    cause = found.what if found is not None else _term_probes(ctx, obj, x, g, u, call)
+    cause = found.what if found is not None else precision_cause(ctx) or _term_probes(ctx, obj, x, g, u, call)
     terms = _objective_terms(obj, x)
     pred = terms["policy"] + terms["kl"]
     diff = (g - pred).abs().nan_to_num(nan=math.inf)

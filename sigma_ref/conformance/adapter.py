@@ -15,7 +15,13 @@ A plain function is enough; its *layout* says how it is called:
   advantage properties read each row's value at its last valid token;
 * ``keep-mask``: ``fn(rewards: Tensor[N], index: numpy.ndarray[N]) -> bool[N]`` (or one
   bool per group, in first-seen or sorted id order, detected): a DAPO dynamic-sampling
-  filter; the advantage properties do not apply to it.
+  filter; the advantage properties do not apply to it;
+* ``sizes``: ``fn(rewards: Tensor[N], group_sizes: list[int]) -> Tensor[N]``: groups are
+  consecutive runs of the given sizes, which may differ (a group of 5 between groups of 8, as
+  trainers with variable group sizes batch them; ``torch.split(rewards, group_sizes)``). The
+  suite gives it ragged batches; an interleaved one is gathered into runs (groups in first-seen
+  order, stably) before the call and the result scattered back, so the function always sees
+  contiguous runs.
 
 Real signatures plug in with two hooks: ``inputs(rewards, index, layout_args) -> (args,
 kwargs)`` builds the call (e.g. a dict batch with string prompt ids) and ``output`` picks
@@ -55,9 +61,10 @@ __all__ = [
     "oracle_adapter",
 ]
 
-Layout = Literal["contiguous", "index", "grouped", "token", "keep-mask"]
-#: Layouts that group by an index (ragged and interleaved groups allowed).
-_BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask")
+Layout = Literal["contiguous", "index", "grouped", "token", "keep-mask", "sizes"]
+#: Layouts that take ragged batches (groups of different sizes; interleaved ones too, gathered into
+#: runs for ``sizes``).
+_BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask", "sizes")
 #: The padded response length of the token layout's inputs, and the response lengths the
 #: suite gives rows 0, 1, 2, ... (cycled): length 1 and the full length T come first.
 TOKEN_T = 6
@@ -112,6 +119,20 @@ class Batch:
     def n_groups(self) -> int:
         """Number of groups."""
         return int(np.unique(self.index).shape[0])
+
+    def runs(self) -> tuple[np.ndarray, list[int]]:
+        """``(order, sizes)``: the permutation that gathers each group into one contiguous run (groups
+        in first-seen order, members in their order) and the runs' sizes. ``order`` is the identity
+        when every group already is one run.
+
+        >>> Batch(np.array([1.0, 0.0, 1.0, 0.5, 0.0]), np.array([7, 3, 7, 3, 3])).runs()
+        (array([0, 2, 1, 3, 4]), [2, 3])
+        """
+        _, first, inverse = np.unique(self.index, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first, kind="stable"), kind="stable")[inverse.reshape(-1)]
+        order = np.argsort(rank, kind="stable")
+        sizes = np.bincount(rank).tolist()
+        return order, [int(v) for v in sizes]
 
     def with_rewards(self, rewards: np.ndarray) -> Batch:
         """The same grouping with other rewards."""
@@ -223,7 +244,9 @@ class Adapter:
     ``keep_order``: how a per-group keep mask is ordered, or ``None`` to detect it. ``keep_band``
     (``(lo, hi)``: keep only groups whose mean metric is inside) and ``keep_min_std`` (keep only
     groups whose metric's std exceeds it): a filter's rules beyond ``0 < k < G``
-    (:func:`sigma_ref.filters.filter_keep_mask`), or ``None``. ``name``: how reports name it.
+    (:func:`sigma_ref.filters.filter_keep_mask`), or ``None``. ``loss_precision``: the precision the
+    loss computes its gradient in (a float32 ratio inside a float64 loss is ``"float32"``), or ``None``
+    to detect it (:mod:`.loss_precision`). ``name``: how reports name it.
 
     >>> import torch
     >>> def adv(rewards, group_size):
@@ -256,6 +279,7 @@ class Adapter:
     keep_order: str | None = None
     keep_band: tuple[float, float] | None = None
     keep_min_std: float | None = None
+    loss_precision: str | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.advantages):
@@ -286,6 +310,11 @@ class Adapter:
             raise ValueError(
                 f"Adapter precision={self.precision!r} must be one of {ALL_DTYPES} or None (detect it)"
             )
+        if self.loss_precision is not None and self.loss_precision not in ALL_DTYPES:
+            raise ValueError(
+                f"Adapter loss_precision={self.loss_precision!r} must be one of {ALL_DTYPES} or None "
+                "(detect it)"
+            )
         if self.output is not None and not isinstance(self.output, str | int) and not callable(self.output):
             raise TypeError(f"Adapter output={self.output!r} must be a key, an index, a callable or None")
         if self.returns is not None and self.returns not in RETURNS:
@@ -312,7 +341,8 @@ class Adapter:
             object.__setattr__(self, "ragged", self.layout in _BY_INDEX)
         if self.ragged and self.layout not in _BY_INDEX:
             raise ValueError(
-                f"Adapter ragged=True needs layout 'index', 'token' or 'keep-mask', not {self.layout!r}"
+                "Adapter ragged=True needs layout 'index', 'token', 'keep-mask' or 'sizes', not "
+                f"{self.layout!r}"
             )
         if not self.name:
             object.__setattr__(self, "name", _describe(self.advantages))
@@ -332,6 +362,11 @@ class Adapter:
             return (rewards, batch.index.copy())
         if self.layout == "token":
             return (*token_inputs(rewards, lengths), batch.index.copy())
+        if self.layout == "sizes":
+            order, sizes = batch.runs()
+            if np.array_equal(order, np.arange(batch.n)):
+                return (rewards, sizes)  # already runs: the suite's own tensor (mutation stays visible)
+            return (rewards[torch.as_tensor(order, device=rewards.device)], sizes)
         G = batch.group_size
         if G is None:
             raise ValueError(f"layout {self.layout!r} takes contiguous groups of one size; got {batch!r}")
@@ -396,7 +431,10 @@ class Adapter:
             lengths = token_lengths(batch.n).to(adv.device)
             return adv[torch.arange(batch.n, device=adv.device), lengths - 1]
         args, kwargs = self.build_call(batch, rewards)
-        return self.pick(fn(*args, **kwargs))
+        out = self.pick(fn(*args, **kwargs))
+        if self.layout == "sizes":
+            out = _scatter_back(out, batch)
+        return out
 
     def expected_shape(self, batch: Batch) -> tuple[int, ...]:
         """The output shape the layout promises (token: one value per row, read by :meth:`call_raw`)."""
@@ -465,6 +503,12 @@ class Adapter:
                 f"{self.name}(token_level_rewards=[N, {TOKEN_T}] with R={r} on the last valid token of "
                 f"lengths {lengths}, response_mask=[N, {TOKEN_T}], index={idx}){hook}"
             )
+        if self.layout == "sizes":
+            order, sizes = batch.runs()
+            if np.array_equal(order, np.arange(batch.n)):
+                return f"{self.name}(rewards={r}, group_sizes={sizes}){hook}"
+            gathered = array_text(batch.rewards[order])
+            return f"{self.name}(rewards={gathered}, group_sizes={sizes}){hook} (gathered from {batch!r})"
         G = batch.group_size
         if self.layout == "contiguous":
             return f"{self.name}(rewards={r}, G={G}){hook}"
@@ -473,6 +517,21 @@ class Adapter:
     def replace(self, **changes: Any) -> Adapter:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+
+def _scatter_back(out: Any, batch: Batch) -> Any:
+    """A ``sizes``-layout output for the gathered batch, put back in the batch's order (one value per
+    response; anything else is returned as is, for the properties to report)."""
+    order, _ = batch.runs()
+    if np.array_equal(order, np.arange(batch.n)):
+        return out
+    if isinstance(out, np.ndarray):
+        out = torch.from_numpy(out)
+    if not isinstance(out, torch.Tensor) or out.shape[:1] != (batch.n,):
+        return out
+    back = torch.empty_like(out)
+    back[torch.as_tensor(order, device=out.device)] = out
+    return back
 
 
 def _check_constant(aggregation: str | None, constant: Any) -> None:
@@ -766,6 +825,12 @@ def oracle_adapter(convention: Convention | str = "paper", layout: str = "index"
 
         def fn(rewards: torch.Tensor) -> torch.Tensor:
             return compute(rewards, None)
+
+    elif layout == "sizes":
+
+        def fn(rewards: torch.Tensor, group_sizes: list[int]) -> torch.Tensor:
+            ids = np.repeat(np.arange(len(group_sizes)), group_sizes)
+            return compute(rewards, ids)
 
     else:
         raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")

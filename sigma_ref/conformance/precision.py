@@ -143,7 +143,8 @@ def objective_tolerance(
     ``exp(a - b)`` errs by a relative ``u (|a| + |b|)``, a sequence ratio or weight by the sum over its
     row) and ``s_it = |policy_it| + |kl_it|`` the size of each token's terms (``terms``, from
     :func:`sigma_ref.objectives.loss_gradient_terms`), plus, for a KL term in the loss, its slope's
-    sensitivity ``|beta| w_it (1 + exp(ref_logp - logp))``. ``x`` holds ``[N, T]`` float64 tensors
+    sensitivity ``|beta| w_it (1 + exp(ref_logp - logp))`` (for the importance-weighted ``k3-is``,
+    plus ``q (k3 + 2 |delta| + 1)``, ``q`` the token ratio or GSPO's sequence ratio). ``x`` holds ``[N, T]`` float64 tensors
     ``logp``, ``old_logp``, ``ref_logp``, ``rollout_logp`` and ``mask``; ``objective`` is an
     :class:`~sigma_ref.objectives.Objective`.
 
@@ -162,7 +163,14 @@ def objective_tolerance(
     scale = terms["policy"].abs() + terms["kl"].abs()
     if objective.kl is not None and objective.kl_placement == "loss" and objective.kl_coef != 0:
         w = aggregation_weights(m, objective.aggregation, constant=objective.constant)
-        scale = scale + abs(objective.kl_coef) * w * (1 + torch.exp(x["ref_logp"] - x["logp"])) * m
+        slope = 1 + torch.exp(x["ref_logp"] - x["logp"])
+        if objective.kl == "k3-is":  # q (k3 + |delta| + 1), q the token ratio or (GSPO) the sequence ratio
+            log_q = (x["logp"] - x["old_logp"]) * m
+            if objective.kind in ("gspo", "gspo-token"):
+                log_q = (log_q.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)).expand_as(m)
+            delta = x["logp"] - x["ref_logp"]
+            slope = slope + torch.exp(log_q) * (torch.exp(-delta) + 2 * delta.abs() + 1)
+        scale = scale + abs(objective.kl_coef) * w * slope * m
     return (rounding + COUNT_EPS_RTOL) * scale + rounding * float(scale.max())
 
 

@@ -573,8 +573,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], Objective | None]] = {
         {"beta": 0.04, "use_bias_correction_kl": False},
         _ppo("dapo", kl="k3", kl_coef=0.04),
     ),
-    # the default use_bias_correction_kl=True multiplies k3 by the (differentiable) ratio: not in the oracle
-    "loss[dapo, beta=0.04]": ("dapo", {"beta": 0.04}, None),
+    # the default use_bias_correction_kl=True multiplies k3 by the (differentiable) ratio: k3-is
+    "loss[dapo, beta=0.04]": ("dapo", {"beta": 0.04}, _ppo("dapo", kl="k3-is", kl_coef=0.04)),
+    # GSPO's sequence ratio s_i weighs the KL too (its gradient moves the whole row)
+    "loss[grpo, sequence, beta=0.04]": (
+        "grpo",
+        {"importance_sampling_level": "sequence", "beta": 0.04},
+        Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="grpo", kl="k3-is", kl_coef=0.04),
+    ),
 }
 ADAPTERS.update(
     {
@@ -633,8 +639,6 @@ OBJECTIVE_NOTES: dict[str, str] = {
     "loss[cispo]": "cispo weight min(r, 0.2): the default epsilon_high = 0.2 < 1 caps every weight below 1",
     "loss[sapo]": "sapo: sigmoid gate 4/tau sigmoid(tau (r - 1)), not in the oracle",
     "loss[vespo]": "vespo: Gamma weights of the sequence ratio, not in the oracle",
-    "loss[dapo, beta=0.04]": "ppo clip [0.8, 1.2] + 0.04 r k3 KL (use_bias_correction_kl): gradient "
-    "0.04 r (logp - ref), not in the oracle",
 }
 
 #: The loss properties the matrix runs on a loss variant (its advantage is the ``group`` row's).

@@ -220,8 +220,10 @@ def _rollout_weights(
     return weights
 
 
-def _rollout_corr_loss(level: str, threshold: float) -> Callable[..., torch.Tensor]:
-    """The vanilla policy loss (token-mean) with verl's rollout correction
+def _rollout_corr_loss(
+    level: str, threshold: float, loss_mode: str = "vanilla"
+) -> Callable[..., torch.Tensor]:
+    """The policy loss ``loss_mode`` (default vanilla; token-mean) with verl's rollout correction
     (``algorithm.rollout_correction.rollout_is=level``, ``rollout_is_threshold=threshold``): the weights
     of ``compute_rollout_correction_and_rejection_mask(old_log_prob, rollout_log_prob, ...)`` (TIS:
     ``exp(old - rollout)`` per token or its product per sequence, clamped at the threshold, detached),
@@ -236,11 +238,11 @@ def _rollout_corr_loss(level: str, threshold: float) -> Callable[..., torch.Tens
     ) -> torch.Tensor:
         weights = _rollout_weights(old_logp, rollout_logp, mask, level, threshold)
         return _verl_loss(
-            "vanilla", "token-mean", logp, old_logp, advantages, mask, rollout_is_weights=weights
+            loss_mode, "token-mean", logp, old_logp, advantages, mask, rollout_is_weights=weights
         )
 
     loss.__name__ = (
-        f"verl_policy_loss_vanilla+rollout_correction[rollout_is={level}, threshold={threshold:g}]"
+        f"verl_policy_loss_{loss_mode}+rollout_correction[rollout_is={level}, threshold={threshold:g}]"
     )
     return loss
 
@@ -390,7 +392,7 @@ ADAPTERS.update(
 # the default loss_agg_mode token-mean; declared where the oracle has the objective (GPG's -A log pi
 # is CISPO with the weight clipped to [1, 1])
 _REGISTRY_OBJECTIVES: dict[str, Objective | None] = {
-    "gspo": Objective("gspo", eps_low=_EPS, eps_high=_EPS),
+    "gspo": Objective("gspo-token", eps_low=_EPS, eps_high=_EPS),  # sg(s_i) pi / sg(pi): GSPO-token
     "cispo": Objective("cispo", eps_low=_EPS, eps_high=_EPS),
     "gpg": Objective("cispo", eps_low=0.0, eps_high=0.0),
     "bypass_mode": _ppo("token-mean"),
@@ -452,6 +454,17 @@ ADAPTERS.update(
         for level in _ROLLOUT_IS
     }
 )
+# GSPO with token rollout weights: the weights vary along a response, where verl's GSPO-token form and
+# the sequence form (TRL's, OpenRLHF's) part (proofs/11_objectives.py §2)
+ADAPTERS["policy[gspo, rollout_is=token]"] = _adapter(
+    _GRPO,
+    "verl",
+    f"grpo + policy loss_mode=gspo + rollout_is=token, rollout_is_threshold={ROLLOUT_IS_THRESHOLD:g}",
+    _rollout_corr_loss("token", ROLLOUT_IS_THRESHOLD, "gspo"),
+    objective=Objective(
+        "gspo-token", eps_low=_EPS, eps_high=_EPS, tis_cap=ROLLOUT_IS_THRESHOLD, tis_level="token"
+    ),
+)
 
 #: What the registry's losses without an oracle objective compute (the objective cell).
 OBJECTIVE_NOTES: dict[str, str] = {
@@ -477,6 +490,7 @@ AT_SCALE = types.SimpleNamespace(
 LOSS_ONLY: dict[str, tuple[str, ...]] = {
     **{f"policy[{name}]": _LOSS_PROPERTIES for name in _REGISTRY_OBJECTIVES},
     **{f"rollout_corr[{level}]": _LOSS_PROPERTIES for level in _ROLLOUT_IS},
+    "policy[gspo, rollout_is=token]": _LOSS_PROPERTIES,
     # a KL term has a gradient at ratio 1 too: only the objective property applies
     **{f"kl[{kl}]": ("loss_objective",) for kl in _KL_TYPES},
 }

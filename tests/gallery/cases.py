@@ -25,7 +25,7 @@ PRESET_NAMES: tuple[str, ...] = ("paper", "post", "dr_grpo", "trl", "trl_batch",
 
 #: How the advantage function is called (``sigma_ref.conformance.adapter``); ``dict`` is the
 #: ``index`` layout through the ``inputs=`` / ``output=`` hooks (a dict batch in, a dict out).
-LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "dict", "keep-mask")
+LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "dict", "keep-mask", "sizes")
 
 #: What the entry is: an advantage function, a token-level one, a dict one, a loss that
 #: returns ``(loss, metrics)``, a DAPO keep mask ``fn(rewards, index) -> bool[N]``.

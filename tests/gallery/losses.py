@@ -174,6 +174,47 @@ def kl_in_reward(logp, old_logp, advantages, mask, *, ref_logp):
     return loss, {"kl": (((logp - ref_logp) * mask).sum() / mask.sum()).item()}
 
 
+def kl_k3_bias_corrected(logp, old_logp, advantages, mask, *, ref_logp):
+    """TRL 1.16.0's default ``use_bias_correction_kl=True``: ``per_token_kl * coef_1``, ratio in the graph."""
+    coef_1 = torch.exp(logp - old_logp)
+    per_token_kl = (torch.exp(ref_logp - logp) - (ref_logp - logp) - 1) * coef_1
+    adv = advantages.unsqueeze(1)
+    per_token_loss = -torch.min(coef_1 * adv, torch.clamp(coef_1, LO, HI) * adv) + BETA * per_token_kl
+    loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
+    return loss, {"kl": ((per_token_kl * mask).sum() / mask.sum()).item()}
+
+
+def tis_geometric(logp, old_logp, advantages, mask, *, rollout_logp):
+    """A length-free sequence weight: the geometric mean of the token weights, ``exp(mean_t log rho_t)``,
+    truncated at 2 (verl 0.9.1 ``geo_mean``'s sequence weight)."""
+    log_rho = (old_logp - rollout_logp) * mask
+    seq_is_weights = torch.exp(log_rho.sum(-1) / mask.sum(-1).clamp(min=1)).clamp(max=TIS_CAP).detach()
+    per_token = _ppo_terms(logp, old_logp, advantages) * seq_is_weights.unsqueeze(-1)
+    return (per_token * mask).sum() / mask.sum()
+
+
+def gspo_token_rollout_is(logp, old_logp, advantages, mask, *, rollout_logp):
+    """verl ``compute_policy_loss_gspo`` with token rollout weights (``rollout_is=token``, threshold 2)
+    multiplying ``pg_losses``, seq-mean-token-mean."""
+    rollout_is_weights = torch.exp((old_logp - rollout_logp) * mask).clamp(max=TIS_CAP).detach()
+    negative_approx_kl = logp - old_logp
+    seq = (negative_approx_kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    log_seq_importance_ratio = logp - logp.detach() + seq.detach().unsqueeze(-1)
+    s = torch.exp(torch.clamp(log_seq_importance_ratio, max=10.0))
+    adv = advantages.unsqueeze(1)
+    pg_losses = torch.maximum(-adv * s, -adv * torch.clamp(s, LO, HI)) * rollout_is_weights
+    return ((pg_losses * mask).sum(-1) / mask.sum(-1)).sum() / _seq_count(mask)
+
+
+def float32_ratio(logp, old_logp, advantages, mask):
+    """token-mean PPO with the ratio in float32 (log-probs as a float32 policy computes them) and the loss
+    returned in the advantages' float64: a float32 working precision under a float64 output."""
+    ratio = torch.exp(logp.float() - old_logp.float())
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, LO, HI) * adv)
+    return (per_token * mask).sum() / mask.sum()
+
+
 # --------------------------------------------------------------------------------------
 # wrong
 
@@ -279,6 +320,51 @@ def symmetric_clip(logp, old_logp, advantages, mask):
     return (per_token * mask).sum() / mask.sum()
 
 
+def k3_without_bias_correction(logp, old_logp, advantages, mask, *, ref_logp):
+    """TRL's default (bias-corrected ``r k3``) declared; the code adds plain k3, as TRL did before
+    ``use_bias_correction_kl``: a biased reverse-KL gradient (the forward KL's, on-policy)."""
+    return kl_k3_loss(logp, old_logp, advantages, mask, ref_logp=ref_logp)
+
+
+def k3_ratio_detached(logp, old_logp, advantages, mask, *, ref_logp):
+    """Bias-corrected ``r k3`` declared; the ratio is detached (``coef_1.detach()``), so its gradient
+    ``r k3`` is lost and the slope is ``r (1 - exp(-delta))``, not ``r delta``."""
+    coef_1 = torch.exp(logp - old_logp)
+    per_token_kl = (torch.exp(ref_logp - logp) - (ref_logp - logp) - 1) * coef_1.detach()
+    per_token = _ppo_terms(logp, old_logp, advantages) + BETA * per_token_kl
+    return (per_token * mask).sum() / mask.sum()
+
+
+def tis_geometric_as_product(logp, old_logp, advantages, mask, *, rollout_logp):
+    """The geometric-mean sequence weight declared; the log-ratios are summed, not averaged: the
+    product ``prod_t rho_t``, which grows or shrinks with the length."""
+    seq_is_weights = torch.exp(((old_logp - rollout_logp) * mask).sum(-1)).clamp(max=TIS_CAP).detach()
+    per_token = _ppo_terms(logp, old_logp, advantages) * seq_is_weights.unsqueeze(-1)
+    return (per_token * mask).sum() / mask.sum()
+
+
+def gspo_token_through_sequence(logp, old_logp, advantages, mask, *, rollout_logp):
+    """verl's GSPO-token declared (token rollout weights); the code keeps ``exp(mean_t log r)`` in the
+    graph instead of ``sg(s_i) pi_it / sg(pi_it)``: the sequence form, whose every token gets the row's
+    mean of weight times advantage."""
+    rollout_is_weights = torch.exp((old_logp - rollout_logp) * mask).clamp(max=TIS_CAP).detach()
+    seq = ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    s = torch.exp(seq).unsqueeze(-1)
+    adv = advantages.unsqueeze(1)
+    pg_losses = torch.maximum(-adv * s, -adv * torch.clamp(s, LO, HI)) * rollout_is_weights
+    return ((pg_losses * mask).sum(-1) / mask.sum(-1)).sum() / _seq_count(mask)
+
+
+def bfloat16_ratio(logp, old_logp, advantages, mask):
+    """token-mean PPO with the ratio in bfloat16 (a mixed-precision policy's log-probs): 8 bits of
+    mantissa, so every token's gradient is off by up to 2**-9 and ratios near a bound fall on its wrong
+    side (the training-inference mismatch of bf16 RL)."""
+    ratio = torch.exp(logp.to(torch.bfloat16) - old_logp.to(torch.bfloat16))
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, LO, HI) * adv)
+    return (per_token * mask).sum() / mask.sum()
+
+
 # --------------------------------------------------------------------------------------
 
 
@@ -295,6 +381,7 @@ class LossCase:
     source: str = ""
     extras: tuple[str, ...] = ()  # keyword inputs: ref_logp, rollout_logp
     explained_by: Objective | None = None  # what the wrong code computes, when the oracle can say
+    precision: str = "float64"  # the precision its gradient is computed in (float32: a float32 ratio)
 
 
 def _ppo(aggregation="token-mean", **kw) -> Objective:
@@ -302,6 +389,7 @@ def _ppo(aggregation="token-mean", **kw) -> Objective:
 
 
 _GSPO = Objective("gspo", eps_low=EPS_LOW, eps_high=EPS_HIGH, aggregation="seq-mean-token-mean")
+_GSPO_TOKEN = dataclasses.replace(_GSPO, kind="gspo-token")
 _TRL = "TRL 1.16.0 GRPOTrainer._compute_loss"
 _VERL = "verl 0.9.1 core_algos"
 
@@ -328,7 +416,7 @@ LOSSES: list[LossCase] = [
     LossCase(
         "gspo_sequence", gspo_sequence, True, _GSPO, source=f"{_TRL} importance_sampling_level=sequence"
     ),
-    LossCase("gspo_token", gspo_token, True, _GSPO, source=f"{_VERL} compute_policy_loss_gspo"),
+    LossCase("gspo_token", gspo_token, True, _GSPO_TOKEN, source=f"{_VERL} compute_policy_loss_gspo"),
     LossCase(
         "cispo_verl",
         cispo_verl,
@@ -398,6 +486,38 @@ LOSSES: list[LossCase] = [
         _ppo(kl="k1", kl_coef=BETA, kl_placement="reward"),
         source="KL as a reward penalty (verl use_kl_in_reward)",
         extras=("ref_logp",),
+    ),
+    LossCase(
+        "kl_k3_bias_corrected",
+        kl_k3_bias_corrected,
+        True,
+        _ppo(kl="k3-is", kl_coef=BETA),
+        source=f"{_TRL} beta, use_bias_correction_kl=True (the default)",
+        extras=("ref_logp",),
+    ),
+    LossCase(
+        "tis_geometric",
+        tis_geometric,
+        True,
+        _ppo(tis_cap=TIS_CAP, tis_level="geometric"),
+        source=f"{_VERL} compute_policy_loss_geo_mean's sequence weight exp(mean_t log rho_t)",
+        extras=("rollout_logp",),
+    ),
+    LossCase(
+        "gspo_token_rollout_is",
+        gspo_token_rollout_is,
+        True,
+        dataclasses.replace(_GSPO_TOKEN, tis_cap=TIS_CAP),
+        source=f"{_VERL} compute_policy_loss_gspo with rollout_is=token",
+        extras=("rollout_logp",),
+    ),
+    LossCase(
+        "float32_ratio",
+        float32_ratio,
+        True,
+        _ppo(),
+        source=f"{_TRL} dapo with float32 log-probs (fp32 policy), loss in the advantages' dtype",
+        precision="float32",
     ),
     # wrong
     LossCase(
@@ -508,6 +628,7 @@ LOSSES: list[LossCase] = [
         "geometric mean",
         "TRL PR 5815 (declined in issue 5814): mean of the log-ratios, not their sum",
         extras=("rollout_logp",),
+        explained_by=_ppo(tis_cap=TIS_CAP, tis_level="geometric"),
     ),
     LossCase(
         "dual_clip_both_signs",
@@ -527,5 +648,58 @@ LOSSES: list[LossCase] = [
         "clip is symmetric at 1 +- eps_low",
         "eps_high ignored",
         explained_by=Objective("ppo", eps_low=EPS_LOW, eps_high=EPS_LOW),
+    ),
+    LossCase(
+        "k3_without_bias_correction",
+        k3_without_bias_correction,
+        False,
+        _ppo(kl="k3-is", kl_coef=BETA),
+        "kl",
+        "the KL term is the k3 estimator in the loss",
+        "TRL before use_bias_correction_kl; k3 in the loss is the forward KL's gradient",
+        extras=("ref_logp",),
+        explained_by=_ppo(kl="k3", kl_coef=BETA),
+    ),
+    LossCase(
+        "k3_ratio_detached",
+        k3_ratio_detached,
+        False,
+        _ppo(kl="k3-is", kl_coef=BETA),
+        "kl",
+        "ratio weighting k3 is detached",
+        "coef_1.detach() in the KL's importance weight",
+        extras=("ref_logp",),
+    ),
+    LossCase(
+        "tis_geometric_as_product",
+        tis_geometric_as_product,
+        False,
+        _ppo(tis_cap=TIS_CAP, tis_level="geometric"),
+        "tis",
+        "taken per sequence (prod_t rho_t)",
+        "the log-ratios summed where their mean was meant",
+        extras=("rollout_logp",),
+        explained_by=_ppo(tis_cap=TIS_CAP, tis_level="sequence"),
+    ),
+    LossCase(
+        "gspo_token_through_sequence",
+        gspo_token_through_sequence,
+        False,
+        dataclasses.replace(_GSPO_TOKEN, tis_cap=TIS_CAP),
+        "gspo",
+        "the sequence form",
+        "GSPO-token meant (verl); s_i left in the graph instead of sg(s_i) pi / sg(pi)",
+        extras=("rollout_logp",),
+        explained_by=dataclasses.replace(_GSPO, tis_cap=TIS_CAP),
+    ),
+    LossCase(
+        "bfloat16_ratio",
+        bfloat16_ratio,
+        False,
+        _ppo(),
+        "precision",
+        "coarser than float32",
+        "log-probs and ratio in bfloat16 (bf16 training-inference mismatch)",
+        precision="bfloat16",
     ),
 ]
