@@ -146,6 +146,19 @@ def pytest_configure(config: pytest.Config) -> None:
     """Make the profile names known (before hypothesis loads ``--hypothesis-profile``), apply
     ``--sigma-ref-timeout``, open the progress file. Loads no profile and changes no setting."""
     register_profiles()
+    report = config.getoption("sigma_ref_report", None)
+    if report:  # a bad --report path fails now, not after the run (sigma_ref._files)
+        from sigma_ref._files import check_output
+
+        try:
+            check_output(
+                report,
+                option="--sigma-ref-report",
+                kind="report",
+                force=bool(config.getoption("sigma_ref_force")),
+            )
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     timeout = config.getoption("sigma_ref_timeout", None)
     if timeout is not None:
         from sigma_ref.conformance.guard import set_timeout
@@ -414,7 +427,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(summary(context, outcomes, seed=seed, profile=profile, seconds=seconds))
     path = config.getoption("sigma_ref_report")
     if path:
-        with open(path, "w", encoding="utf-8") as fh:
-            report = report_dict(context, outcomes, seed=seed, profile=profile, seconds=seconds)
-            fh.write(to_json(report) + "\n")
+        from sigma_ref._files import write_atomic
+
+        report = report_dict(context, outcomes, seed=seed, profile=profile, seconds=seconds)
+        write_atomic(path, lambda fh: fh.write((to_json(report) + "\n").encode("utf-8")))
         terminalreporter.write_line(f"report written to {path}")

@@ -180,3 +180,23 @@ def test_a_full_disk_on_stdout_is_one_line(
     assert main(["audit", "0.5"]) == 2
     err = capsys.readouterr().err
     assert err == "sigma-ref audit: cannot write the output (No space left on device)\n"
+
+
+def test_check_refuses_a_report_path_before_the_run(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digest(here)
+    impl = "tests.gallery.correct:trl_contiguous"
+    _fails_in_one_line(["check", impl, "--report", "trainer.py"], capsys, "not a previous report output")
+    _fails_in_one_line(["check", impl, "--report", "missing/r.json"], capsys, "does not exist")
+    _fails_in_one_line(["check", impl, "--report", "/dev/full"], capsys, "not a regular file")
+    assert _digest(here) == before
+
+
+def test_check_keeps_hypothesis_data_out_of_the_working_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sigma_ref.conformance.cli import hypothesis_cache
+
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/var/cache/me")
+    assert hypothesis_cache() == "/var/cache/me/sigma-ref/hypothesis"
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", "/elsewhere")
+    assert hypothesis_cache() == "/elsewhere"
+    assert hypothesis_cache("rel") == os.path.abspath("rel")

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._options import add_to_argparse
 
-__all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary"]
+__all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary", "hypothesis_cache"]
 
 
 def spec_dir() -> Path:
@@ -156,13 +156,32 @@ def _run_limit(args: argparse.Namespace) -> float | None:
     return max(MIN_RUN_LIMIT, RUN_LIMIT_FACTOR.get(profile, 30) * timeout)
 
 
-def _run_child(argv: list[str], limit: float | None) -> tuple[int | str, str]:
+def hypothesis_cache(named: str | None = None) -> str:
+    """Where ``check``'s child keeps hypothesis' data (its example database and the constants it
+    collects from the code under test): ``named`` (``--hypothesis-cache``), else
+    ``$HYPOTHESIS_STORAGE_DIRECTORY``, else ``$XDG_CACHE_HOME/sigma-ref/hypothesis`` (default
+    ``~/.cache``); never the working directory.
+
+    >>> hypothesis_cache("/tmp/h")
+    '/tmp/h'
+    """
+    if named:
+        return os.path.abspath(named)
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        return os.path.abspath(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sigma-ref", "hypothesis")
+
+
+def _run_child(
+    argv: list[str], limit: float | None, env: dict[str, str] | None = None
+) -> tuple[int | str, str]:
     """Run ``argv`` in its own process group: its exit code (or how it was stopped) and its stderr.
 
     The child has its own session (the implementation cannot signal this process's group); a
     Ctrl-C or SIGTERM of this process ends the child too.
     """
-    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE, text=True, env=env)
     previous = signal.getsignal(signal.SIGTERM)
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
@@ -210,6 +229,10 @@ def run_check(args: argparse.Namespace) -> int:
         raise ValueError(
             f"IMPL={args.impl!r} must look like 'pkg.module:attr', e.g. 'my_trainer.grpo:compute_advantages'"
         )
+    if args.report:  # a bad --report path fails now, not after the run
+        from .._files import check_output
+
+        check_output(args.report, option="--report", kind="report", force=args.force)
     where = spec_dir()
     with tempfile.TemporaryDirectory() as tmp:
         progress = os.path.join(tmp, "progress.jsonl")
@@ -218,8 +241,9 @@ def run_check(args: argparse.Namespace) -> int:
             fh.write("[pytest]\n")
         argv = [sys.executable, "-m", "pytest", *_pytest_argv(args, where, ini, progress)]
         sys.stdout.flush()
+        env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": hypothesis_cache(args.hypothesis_cache)}
         try:
-            ended, err = _run_child(argv, _run_limit(args))
+            ended, err = _run_child(argv, _run_limit(args), env)
         except KeyboardInterrupt:
             print("sigma-ref check: interrupted", file=sys.stderr)
             return 130
@@ -297,6 +321,12 @@ def add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="hypothesis profile (default: $HYPOTHESIS_PROFILE, else ci where CI is set, else dev)",
     )
     p.add_argument("--hypothesis-seed", type=int, help="hypothesis seed (reproduces a random run)")
+    p.add_argument(
+        "--hypothesis-cache",
+        metavar="DIR",
+        help="where hypothesis keeps its data for the run (default: $HYPOTHESIS_STORAGE_DIRECTORY, else "
+        "~/.cache/sigma-ref/hypothesis; never the current directory)",
+    )
     p.add_argument("--full", action="store_true", help="show each failure's full message")
     add_to_argparse(
         p.add_argument_group("scale-out (level 5, real torch.distributed processes)"), group="scale-out"
