@@ -48,7 +48,10 @@ the prefix ``--sigma-ref-``, as hypothesis' options share ``--hypothesis-``):
 
 ``sigma-ref check`` runs this suite in a child process and reads its progress from the
 hidden ``--sigma-ref-progress PATH`` (one JSON object a line), so that an implementation
-that ends the process is reported with the property that was running.
+that ends the process is reported with the property that was running. The pytest route
+itself does not protect itself: an ``os._exit`` or a crash of the implementation ends this
+pytest process with no summary (the header says so; use ``sigma-ref check`` for code you do
+not trust).
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ class _Progress:
         self.fh = open(path, "a", encoding="utf-8", buffering=1)
         self.config = config
         self.outcomes: dict[str, str] = {}
+        self.exitstatus = 0
 
     def write(self, event: str, **fields: Any) -> None:
         import json
@@ -219,16 +223,32 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _PROGRESS[0] = _progress(session.config)
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Progress: keep the run's exit status (for an exit past threads the code left running)."""
+    progress = _progress(session.config)
+    if progress is not None:
+        progress.exitstatus = int(exitstatus)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Progress: the run ended normally (``sigma-ref check`` then trusts the exit code)."""
+    """Progress: the run ended normally (``sigma-ref check`` then trusts the exit code). In the
+    child of ``sigma-ref check``, threads the implementation left running are named in the
+    ``end`` event and the process exits at once with the run's status instead of waiting for them."""
     progress = _progress(config)
     if progress is not None:
+        import sys
+
         from sigma_ref.conformance import guard
 
         guard._last_resort = None
-        progress.write("end")
+        threads = guard.lingering_threads()
+        progress.write("end", threads=threads)
         progress.fh.close()
         _PROGRESS[0] = None
+        if threads:  # Python would wait for them at exit, up to the parent's whole-run limit
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(progress.exitstatus)
     if config.getoption("sigma_ref_timeout", None) is not None:
         from sigma_ref.conformance.guard import DEFAULT_TIMEOUT, set_timeout
 

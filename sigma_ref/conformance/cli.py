@@ -257,6 +257,12 @@ def run_check(args: argparse.Namespace) -> int:
     if err.strip():
         print(err.rstrip("\n"), file=sys.stderr)
     if isinstance(ended, int) and events and events[-1].get("event") == "end":
+        threads = events[-1].get("threads") or []
+        if threads:  # hygiene, not the algorithm: a WARN, and the run's verdict stands
+            print(
+                f"WARN: the implementation left {len(threads)} thread(s) running after the run "
+                f"({', '.join(map(str, threads[:3]))}); the process exited without waiting for them"
+            )
         if errors and errors[0].get("kind") == "usage":
             return 2  # pytest printed the message
         if errors:
@@ -373,6 +379,16 @@ def _detect(args: argparse.Namespace) -> int:
             code = 2
         sys.stdout.flush()
         print(_DETECT_DONE, file=sys.stderr, flush=True)
+        from .guard import lingering_threads
+
+        threads = lingering_threads()
+        if threads:  # Python would wait for them at exit, up to the parent's limit
+            print(
+                f"WARN: the implementation left {len(threads)} thread(s) running after the probes "
+                f"({', '.join(threads[:3])}); the process exited without waiting for them",
+                flush=True,
+            )
+            os._exit(code)
         return code
     argv = [sys.executable, "-m", "sigma_ref.cli", "detect", args.impl, "--in-process"]
     if args.layout:
