@@ -126,6 +126,9 @@ def _audit_rollouts(args: argparse.Namespace) -> int:
 
     if args.pass_rates or args.file:
         raise ValueError("give either pass rates (arguments, --file) or --rollouts, not both")
+    if args.csv or args.all:
+        flag = "--csv" if args.csv else "--all"
+        raise ValueError(f"{flag} is for pass rates; a rollout audit prints its tables, or JSON with --json")
     log = read_rollouts(
         args.rollouts,
         prompt_col=args.prompt_col,

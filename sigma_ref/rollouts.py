@@ -389,6 +389,13 @@ def read_rollouts(
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path={path!r} must be a file name")
     path = os.fspath(path)
+    if correct_threshold is not None and not (
+        isinstance(correct_threshold, int | float) and -np.inf < correct_threshold < np.inf
+    ):
+        raise ValueError(
+            f"correct_threshold={correct_threshold!r} must be a finite number (a rollout is correct "
+            "when its reward is > T), e.g. 0.5"
+        )
     fmt = _format_of(path, fmt)
     columns = [prompt_col, reward_col] + ([group_col] if group_col else [])
     if len(set(columns)) != len(columns):

@@ -200,3 +200,18 @@ def test_check_keeps_hypothesis_data_out_of_the_working_directory(monkeypatch: p
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", "/elsewhere")
     assert hypothesis_cache() == "/elsewhere"
     assert hypothesis_cache("rel") == os.path.abspath("rel")
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--correct-threshold", "nan"], "must be a finite number"),
+        (["--correct-threshold", "inf"], "must be a finite number"),
+        (["--csv"], "--csv is for pass rates"),
+        (["--all"], "--all is for pass rates"),
+    ],
+)
+def test_rollout_options_that_would_be_ignored_or_absurd_are_refused(
+    here: Path, capsys: pytest.CaptureFixture[str], extra: list[str], match: str
+) -> None:
+    _fails_in_one_line(["audit", "--rollouts", "log.csv", *extra], capsys, match)
