@@ -60,7 +60,7 @@ MAX_INPUT_BYTES = 1 << 30
 #: Seconds to wait for the writer of a FIFO before giving up.
 PIPE_WAIT = 10.0
 #: The most characters of a foreign file an error message quotes.
-QUOTE_CHARS = 24
+QUOTE_CHARS = 12
 
 
 def quote(text: str | bytes, limit: int = QUOTE_CHARS) -> str:
@@ -68,7 +68,7 @@ def quote(text: str | bytes, limit: int = QUOTE_CHARS) -> str:
     quote what locates a bad token, never whole lines of a file they were given.
 
     >>> quote("root:x:0:0:root:/root:/bin/bash")
-    "'root:x:0:0:root:/root:/b'..."
+    "'root:x:0:0:r'..."
     >>> quote(b"0.5x")
     "'0.5x'"
     """
