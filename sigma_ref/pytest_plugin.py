@@ -450,5 +450,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from sigma_ref._files import write_atomic
 
         report = report_dict(context, outcomes, seed=seed, profile=profile, seconds=seconds)
-        write_atomic(path, lambda fh: fh.write((to_json(report) + "\n").encode("utf-8")))
-        terminalreporter.write_line(f"report written to {path}")
+        try:
+            write_atomic(path, lambda fh: fh.write((to_json(report) + "\n").encode("utf-8")))
+        except OSError as exc:  # checked before the run; the disk filled up or the directory went
+            terminalreporter.write_line(f"sigma-ref: the report was not written to {path} ({exc.strerror})")
+        else:
+            terminalreporter.write_line(f"report written to {path}")

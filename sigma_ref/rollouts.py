@@ -39,7 +39,7 @@ _CSV_BLOCK = 1 << 24
 _SHOWN_COLUMNS = 8
 #: The most bytes one Parquet batch decodes to, and the most the wanted columns may decode to.
 _BATCH_BYTES = 1 << 26
-MAX_TABLE_BYTES = 1 << 32
+MAX_TABLE_BYTES = 1 << 31
 
 
 class _Decoded:
@@ -215,7 +215,7 @@ def _read_table(path: str, fmt: str, columns: list[str], progress: bool | None) 
             bar = _progress(file.metadata.num_rows, "rows", progress)
             # a first small batch measures the decoded bytes per row (a compressed column of long
             # strings can decode to a thousand times its size); the batches then fit _BATCH_BYTES
-            first = next(file.iter_batches(batch_size=1 << 10, columns=columns), None)
+            first = next(file.iter_batches(batch_size=64, columns=columns), None)
             per_row = first.nbytes / max(first.num_rows, 1) if first is not None else 1.0
             size = int(max(1, min(_BATCH_ROWS, _BATCH_BYTES // max(per_row, 1.0))))
             for batch in file.iter_batches(batch_size=size, columns=columns):

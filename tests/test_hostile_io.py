@@ -215,3 +215,24 @@ def test_rollout_options_that_would_be_ignored_or_absurd_are_refused(
     here: Path, capsys: pytest.CaptureFixture[str], extra: list[str], match: str
 ) -> None:
     _fails_in_one_line(["audit", "--rollouts", "log.csv", *extra], capsys, match)
+
+
+def test_a_parquet_bomb_is_refused_before_it_decodes(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few kB of Parquet whose prompt column decodes to 40 MB: refused at the cap (16 MB here),
+    one batch past it at most."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sigma_ref import rollouts
+
+    rows = 400
+    long = "p" * 100_000
+    table = pa.table(
+        {"prompt": [long + str(i % 2) for i in range(rows)], "reward": [i % 2 for i in range(rows)]}
+    )
+    pq.write_table(table, here / "bomb.parquet", compression="zstd")
+    assert (here / "bomb.parquet").stat().st_size < 1 << 16
+    monkeypatch.setattr(rollouts, "MAX_TABLE_BYTES", 1 << 24)
+    monkeypatch.setattr(rollouts, "_BATCH_BYTES", 1 << 22)
+    with pytest.raises(ValueError, match="decode to more than 16,777,216 bytes"):
+        rollouts.read_rollouts(str(here / "bomb.parquet"))
