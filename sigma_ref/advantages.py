@@ -763,7 +763,7 @@ def grpo_advantage(
     values, lay, backend, units, owned = _prepare(rewards, index, dim, sort=False)
     scaled = _statistics(values, lay, conv, owned=owned, units=units)
     adv = scaled.advantages(backend.numpy_dtype)
-    if conv.scale != "group":  # |A| <= sqrt(G - 1) under a group's own divisor: always fits
+    if conv.scale != "group":  # |A| <= sqrt(G - 1) under a group's own divisor (proofs/14): fits
         adv = _fits_output(adv, scaled.kernel, backend, "advantages")
     return backend.out(lay.restore(adv))
 

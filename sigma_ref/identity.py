@@ -254,7 +254,7 @@ def decompose_continuous(
     # in each group's units 2**e (sigma_u = sigma / 2**e in [2**-60, 1] unless silent): with
     # z = (R - mu) / sigma (|z| <= sqrt(G - 1)) and zs = mean(z s) = Cov(R, s) / sigma, the
     # slope zs / sigma and the prediction zs * sigma / d never square sigma, so no spread of
-    # the rewards under- or overflows them (proofs/12_hostile_numerics)
+    # the rewards under- or overflows them (proofs/14_hostile_numerics)
     sigma_u = _sqrt(kern.squares / kern.size)
     live = sigma_u > 0
     one = torch.ones_like(sigma_u)
