@@ -105,3 +105,16 @@ def test_big_integer_ids_are_not_merged_by_a_float_id() -> None:
 def test_an_unordered_index_is_refused(index: object) -> None:
     with pytest.raises(TypeError, match="has no order"):
         sr.grpo_advantage(np.array([1.0, 0.0]), index=index)
+
+
+def test_narrow_overflow_on_the_torch_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch code path (CUDA tensors take it) raises as the numpy one does."""
+    from sigma_ref import _arrays
+
+    monkeypatch.setattr(_arrays, "TORCH_KERNEL_ON_CPU", True)
+    with pytest.raises(ValueError, match="do not fit in float16"):
+        sr.rloo_advantage(torch.tensor([65504.0, -65504.0], dtype=torch.float16))
+    with pytest.raises(ValueError, match="do not fit in bfloat16"):
+        sr.dr_grpo_advantage(torch.tensor([3e38, -3e38, -3e38, -3e38], dtype=torch.bfloat16))
+    out = sr.rloo_advantage(torch.tensor([30000.0, -30000.0], dtype=torch.float16))
+    assert out.dtype == torch.float16 and out.tolist() == [60000.0, -60000.0]
