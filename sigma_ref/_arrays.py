@@ -774,6 +774,7 @@ def factorize(
         else:
             return _on_device(*_factorize_objects(seq, sort), device)
     _check_index_length(ids_arr.shape[0], n)
+    check_not_extended(ids_arr, "index")  # distinct longdouble ids could merge in float64
     kind = ids_arr.dtype.kind
     if kind in "iub":
         inverse, sizes, ids = _factorize_ints_numpy(ids_arr.astype(np.uint8) if kind == "b" else ids_arr)

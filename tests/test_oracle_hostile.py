@@ -92,6 +92,12 @@ def test_extended_precision_is_refused() -> None:
             call(rewards)
     with pytest.raises(TypeError, match="p has dtype"):
         sr.difficulty_weight(np.longdouble(0.25))
+    ids = (
+        np.array([1, 1, 2, 2], np.longdouble)
+        + np.array([0, 1, 0, 1], np.longdouble) * np.longdouble(2) ** -60
+    )
+    with pytest.raises(TypeError, match="index has dtype"):
+        sr.grpo_advantage(np.array([1.0, 0.0, 1.0, 0.0]), index=ids)
 
 
 def test_big_integer_ids_are_not_merged_by_a_float_id() -> None:
