@@ -236,3 +236,11 @@ def test_a_parquet_bomb_is_refused_before_it_decodes(here: Path, monkeypatch: py
     monkeypatch.setattr(rollouts, "_BATCH_BYTES", 1 << 22)
     with pytest.raises(ValueError, match="decode to more than 16,777,216 bytes"):
         rollouts.read_rollouts(str(here / "bomb.parquet"))
+
+
+def test_check_never_overwrites_the_code_under_test(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digest(here)
+    _fails_in_one_line(
+        ["check", "trainer:adv", "--report", "trainer.py", "--force"], capsys, "is an input of this run"
+    )
+    assert _digest(here) == before

@@ -145,6 +145,23 @@ def abnormal_summary(events: list[dict[str, Any]], ended: str) -> str:
     return "\n".join(lines)
 
 
+def _module_files(target: str) -> list[str]:
+    """The source files ``pkg.module:attr`` may be loaded from (found on the path, not imported):
+    the run's inputs, which ``--report`` never overwrites.
+
+    >>> _module_files("sigma_ref.conformance.cli:run_check")[0].endswith("cli.py")
+    True
+    """
+    parts = target.split(":", 1)[0].split(".")
+    found = []
+    for entry in [os.getcwd(), *sys.path]:
+        base = os.path.join(entry or os.curdir, *parts)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                found.append(candidate)
+    return found
+
+
 def _run_limit(args: argparse.Namespace) -> float | None:
     from .guard import DEFAULT_TIMEOUT
 
@@ -232,7 +249,8 @@ def run_check(args: argparse.Namespace) -> int:
     if args.report:  # a bad --report path fails now, not after the run
         from .._files import check_output
 
-        check_output(args.report, option="--report", kind="report", force=args.force)
+        inputs = _module_files(args.impl) + (_module_files(args.loss) if args.loss else [])
+        check_output(args.report, option="--report", kind="report", inputs=inputs, force=args.force)
     where = spec_dir()
     with tempfile.TemporaryDirectory() as tmp:
         progress = os.path.join(tmp, "progress.jsonl")
