@@ -195,6 +195,7 @@ def test_detect_refuses_a_grouped_result_of_a_flat_layout(scratch: Path) -> None
     )
     assert code == 1 and not out.startswith("trl"), out
     assert "no advantages in the layout's shape" in out, out
+    assert not (scratch / "__pycache__").exists()  # nothing written beside the user's code
 
 
 def test_the_pytest_route_says_it_does_not_protect_itself(scratch: Path) -> None:

@@ -259,7 +259,11 @@ def run_check(args: argparse.Namespace) -> int:
             fh.write("[pytest]\n")
         argv = [sys.executable, "-m", "pytest", *_pytest_argv(args, where, ini, progress)]
         sys.stdout.flush()
-        env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": hypothesis_cache(args.hypothesis_cache)}
+        env = {
+            **os.environ,
+            "HYPOTHESIS_STORAGE_DIRECTORY": hypothesis_cache(args.hypothesis_cache),
+            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the user's code
+        }
         try:
             ended, err = _run_child(argv, _run_limit(args), env)
         except KeyboardInterrupt:
@@ -414,7 +418,8 @@ def _detect(args: argparse.Namespace) -> int:
     if args.timeout is not None:
         argv += ["--timeout", repr(args.timeout)]
     sys.stdout.flush()
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # no __pycache__ beside the user's code
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
     limit = _run_limit(argparse.Namespace(timeout=args.timeout, hypothesis_profile="ci"))
     try:
         _, err = proc.communicate(timeout=limit)
