@@ -30,6 +30,7 @@ import contextlib
 import math
 import pickle
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -284,8 +285,6 @@ class _CapOutput:
     __slots__ = ("saved",)
 
     def __enter__(self) -> None:
-        import sys
-
         self.saved = (sys.stdout, sys.stderr)
         _printed[0] = 0
         if sys.stdout is not None:
@@ -294,8 +293,6 @@ class _CapOutput:
             sys.stderr = _Capped(sys.stderr)
 
     def __exit__(self, *exc: Any) -> None:
-        import sys
-
         sys.stdout, sys.stderr = self.saved
 
 
