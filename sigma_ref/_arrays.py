@@ -175,6 +175,7 @@ def as_float64(
         raise TypeError(
             f"{name} has dtype {arr.dtype} ({short(arr)}); pass real numbers (float, int or bool)"
         )
+    check_not_extended(arr, name)
     out_dtype = arr.dtype if arr.dtype.kind == "f" else np.dtype(np.float64)
     if not convert and not copy:
         return arr, Backend(False, None, out_dtype)
@@ -704,6 +705,13 @@ def _factorize_by_value(
     return inverse, np.bincount(inverse, minlength=len(order)), ids
 
 
+def _beyond_float(seq: list[Any]) -> bool:
+    """Whether an ``int`` of ``seq`` is not exact in float64 (``|v| > 2**53``): ids mixing such
+    ints with floats are grouped by ``==`` as objects, never merged by rounding to float64."""
+    exact = 1 << 53
+    return any(type(v) is int and not -exact <= v <= exact for v in seq)
+
+
 def factorize(
     index: Any, n: int, device: Any = None, *, sort: bool = True
 ) -> tuple[Array, Array, np.ndarray]:
@@ -723,6 +731,11 @@ def factorize(
     """
     if isinstance(index, (str, bytes)) or index is None or isinstance(index, numbers.Number):
         raise TypeError(f"index={index!r} must be a sequence of group ids, one per reward")
+    if isinstance(index, (set, frozenset, dict)):  # no order: which id is whose reward is arbitrary
+        raise TypeError(
+            f"index is a {type(index).__name__} ({short(index)}), which has no order; pass a list or "
+            "array of group ids, one per reward, in the rewards' order"
+        )
     if is_tensor(index):
         check_dense_tensor(index, "index")
         if index.dim() != 1:
@@ -756,11 +769,12 @@ def factorize(
                 ids_arr = np.array(seq, dtype=np.int64)
             except OverflowError:
                 ids_arr = np.fromiter(seq, dtype=object, count=len(seq))
-        elif kinds <= {float, int, np.float64}:
+        elif kinds <= {float, int, np.float64} and not (int in kinds and _beyond_float(seq)):
             ids_arr = np.array(seq, dtype=np.float64)
         else:
             return _on_device(*_factorize_objects(seq, sort), device)
     _check_index_length(ids_arr.shape[0], n)
+    check_not_extended(ids_arr, "index")  # distinct longdouble ids could merge in float64
     kind = ids_arr.dtype.kind
     if kind in "iub":
         inverse, sizes, ids = _factorize_ints_numpy(ids_arr.astype(np.uint8) if kind == "b" else ids_arr)
@@ -940,12 +954,22 @@ class Returner:
         return result.astype(np.int64 if integer else np.float64, copy=False)
 
 
+def check_not_extended(arr: np.ndarray, name: str) -> None:
+    """Refuse numpy's extended precision (``longdouble``): the oracle computes in float64, and
+    rounding every value of a wider input silently would be a wrong result in its dtype."""
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        raise TypeError(
+            f"{name} has dtype {arr.dtype} (extended precision); sigma_ref computes in float64: pass "
+            f"{name}.astype(numpy.float64), which rounds each value to the nearest float64"
+        )
+
+
 def numeric(values: Any, name: str) -> tuple[np.ndarray, Returner]:
     """``values`` (a number, sequence, numpy array or torch tensor) as float64 numpy."""
     if is_tensor(values):
         check_dense_tensor(values, name)
         back = Returner("torch", values.device, values.dtype)
-        return values.detach().cpu().double().numpy(), back
+        return values.detach().cpu().double().numpy() + 0.0, back  # a copy, -0.0 as +0.0
     if isinstance(values, (str, bytes)) or values is None:
         raise TypeError(f"{name}={values!r} must be a number or an array of numbers")
     kind = "scalar" if isinstance(values, numbers.Number) else "numpy"
@@ -955,7 +979,10 @@ def numeric(values: Any, name: str) -> tuple[np.ndarray, Returner]:
         raise TypeError(f"{name}={values!r} could not be read as an array of numbers") from None
     if arr.dtype.kind not in "biuf" or (arr.dtype.kind == "b" and kind == "scalar"):
         raise TypeError(f"{name}={short(values)} must be real numbers, got dtype {arr.dtype}")
-    return arr.astype(np.float64), Returner(kind)
+    check_not_extended(arr, name)
+    out = arr.astype(np.float64)  # a copy: adding +0.0 turns -0.0 into +0.0 (1 / -0.0 is -inf)
+    out += 0.0
+    return out, Returner(kind)
 
 
 def check_probability(p: np.ndarray, name: str = "p", *, open_interval: bool = False) -> None:

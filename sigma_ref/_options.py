@@ -214,6 +214,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("convention", "auto (detect from probes, default), a preset name, or rloo", default="auto"),
     Option("report", "write the conformance results as JSON to this path", metavar="PATH"),
+    Option("force", "let --report replace an existing file that is not a previous report", flag=True),
     Option(
         "precision",
         "working precision of the tolerances: auto (declared or detected), float64, float32, ...",

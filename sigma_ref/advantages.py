@@ -566,6 +566,33 @@ def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
     )
 
 
+#: The largest finite value of each floating dtype narrower than float64 ((2 - 2**-m) * 2**e_max).
+_NARROW_MAX = {
+    "float16": (2 - 2.0**-10) * 2.0**15,
+    "bfloat16": (2 - 2.0**-7) * 2.0**127,
+    "float32": (2 - 2.0**-23) * 2.0**127,
+}
+
+
+def _fits_output(adv: Array, kernel: _Kernel, backend: _arrays.Backend, what: str) -> Array:
+    """``adv`` (the kernel's layout, float64 or the output dtype), or a ValueError naming the first
+    group whose value does not fit in a floating output dtype narrower than float64 (a float16
+    RLOO advantage of rewards ``[65504, -65504]`` is 131008 > 65504: never ``inf`` silently)."""
+    name = str(backend.dtype).removeprefix("torch.")
+    top = _NARROW_MAX.get(name)
+    if top is None:
+        return adv
+    fits = adv.abs() <= top if is_tensor(adv) else np.abs(adv) <= top
+    if bool(fits.all()):
+        return adv
+    pos = int(_xp(fits).nonzero(~fits.reshape(-1))[0][0])
+    lay = kernel.layout
+    raise ValueError(
+        f"the {what} of {lay.describe(lay.group_of(pos))} do not fit in {name} (|value| > {top:.6g}), "
+        "the rewards' dtype and so the output's: pass float64 rewards, or rescale the rewards"
+    )
+
+
 class _Prepared(NamedTuple):
     """What :func:`_prepare` hands the kernel."""
 
@@ -734,7 +761,10 @@ def grpo_advantage(
     """
     conv = get_convention(convention)
     values, lay, backend, units, owned = _prepare(rewards, index, dim, sort=False)
-    adv = _statistics(values, lay, conv, owned=owned, units=units).advantages(backend.numpy_dtype)
+    scaled = _statistics(values, lay, conv, owned=owned, units=units)
+    adv = scaled.advantages(backend.numpy_dtype)
+    if conv.scale != "group":  # |A| <= sqrt(G - 1) under a group's own divisor (proofs/14): fits
+        adv = _fits_output(adv, scaled.kernel, backend, "advantages")
     return backend.out(lay.restore(adv))
 
 
@@ -773,6 +803,7 @@ def rloo_advantage(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
         )
     kern = _statistics(values, lay, DR_GRPO, owned=owned, units=units).kernel
     adv = _apply(kern, kern.centered, (kern.size - 1) / kern.size, None if kern.unscaled else -kern.exponent)
+    adv = _fits_output(adv, kern, backend, "advantages")
     return backend.out(lay.restore(adv))
 
 

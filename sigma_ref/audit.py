@@ -552,7 +552,10 @@ def _parse_chunk(chunk: bytes) -> np.ndarray:
 
 
 def _bad_tokens(data: bytes, source: str) -> str:
-    """The error message listing every bad token with its line (the slow path, errors only)."""
+    """The error message listing every bad token with its line (the slow path, errors only);
+    a token is quoted to at most ``sigma_ref._files.QUOTE_CHARS`` characters."""
+    from ._files import quote
+
     bad: list[str] = []
     count = 0
     for number, line in enumerate(data.split(b"\n"), start=1):
@@ -568,7 +571,7 @@ def _bad_tokens(data: bytes, source: str) -> str:
                 why = "outside [0, 1]; a pass rate is a share of correct rollouts"
             count += 1
             if len(bad) < MAX_BAD_LINES:
-                bad.append(f"  {source}:{number}: {text!r} ({why})")
+                bad.append(f"  {source}:{number}: {quote(text)} ({why})")
     more = [f"  ... and {count - MAX_BAD_LINES} more"] if count > MAX_BAD_LINES else []
     return "\n".join([f"{source}: {count} bad pass rate{'s' * (count != 1)}:", *bad, *more])
 
@@ -576,33 +579,14 @@ def _bad_tokens(data: bytes, source: str) -> str:
 def read_pass_rates(path: str) -> np.ndarray:
     """Read a pass-rate file (``-``: standard input); the format is :func:`parse_pass_rates`'s.
 
-    A missing file, a directory, an unreadable file or a closed standard input raise
-    ``ValueError`` with a message saying which.
+    A missing file, a directory, a device (``/dev/zero``), a FIFO nobody writes to, more
+    than ``sigma_ref._files.MAX_INPUT_BYTES``, an unreadable file or a closed standard input
+    raise ``ValueError`` with a message saying which (``sigma_ref._files.read_input``).
     """
-    import os
-    import sys
+    from ._files import read_input
 
-    if path == "-":
-        stream = getattr(sys.stdin, "buffer", sys.stdin)
-        if sys.stdin is None or stream is None:
-            raise ValueError("--file -: standard input is closed; pipe pass rates in or pass --file PATH")
-        try:
-            data = stream.read()
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"--file -: cannot read standard input ({exc})") from None
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        return parse_pass_rates(data, "<stdin>")
-    if os.path.isdir(path):
-        raise ValueError(f"--file {path}: is a directory; pass a file of pass rates")
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        raise ValueError(f"--file {path}: no such file") from None
-    except OSError as exc:
-        raise ValueError(f"--file {path}: cannot read it ({exc.strerror})") from None
-    return parse_pass_rates(data, path)
+    data = read_input(path, option="--file")
+    return parse_pass_rates(data, "<stdin>" if path == "-" else path)
 
 
 # ---------------------------------------------------------------------------

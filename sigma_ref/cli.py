@@ -21,6 +21,8 @@ __all__ = ["main"]
 
 #: Exit status for bad input of any kind (argparse uses 2 for bad options too).
 BAD_INPUT = 2
+#: Exit status when standard output's reader went away (128 + SIGPIPE, as a shell reports it).
+BROKEN_PIPE = 141
 
 _Number = TypeVar("_Number", int, float)
 
@@ -33,7 +35,19 @@ def _one(values: Sequence[_Number] | None, default: _Number, name: str) -> _Numb
     return values[0]
 
 
+def _check_plot(args: argparse.Namespace, inputs: Sequence[str | None]) -> None:
+    """Refuse a bad ``--plot`` path before the run (``sigma_ref._files.check_output``)."""
+    if args.plot is None:
+        return
+    from ._files import check_output
+    from .plots import plot_kind
+
+    named = [path for path in inputs if path]
+    check_output(args.plot, option="--plot", kind=plot_kind(args.plot), inputs=named, force=args.force)
+
+
 def _audit(args: argparse.Namespace) -> int:
+    _check_plot(args, [args.file, args.rollouts])
     if args.rollouts:
         return _audit_rollouts(args)
     from . import audit
@@ -113,6 +127,9 @@ def _audit_rollouts(args: argparse.Namespace) -> int:
 
     if args.pass_rates or args.file:
         raise ValueError("give either pass rates (arguments, --file) or --rollouts, not both")
+    if args.csv or args.all:
+        flag = "--csv" if args.csv else "--all"
+        raise ValueError(f"{flag} is for pass rates; a rollout audit prints its tables, or JSON with --json")
     log = read_rollouts(
         args.rollouts,
         prompt_col=args.prompt_col,
@@ -177,6 +194,11 @@ def _add_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--all", action="store_true", help="pass rates: print the summary and every row")
     p.add_argument("--plot", metavar="OUT.png|svg", help="draw the audit's figure to this file (matplotlib)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="let --plot replace an existing file that is not a previous figure (never an input)",
+    )
     g = p.add_argument_group("rollout logs")
     g.add_argument("--rollouts", metavar="PATH", help="a rollout log: .parquet, .csv, .tsv or .jsonl")
     g.add_argument(
@@ -209,6 +231,8 @@ def _add_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _reproduce(args: argparse.Namespace) -> int:
     from .reproduce import run
 
+    _check_plot(args, [])
+
     return run(args)
 
 
@@ -222,6 +246,11 @@ def _add_reproduce(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--G", type=int, default=8, help="group size (default 8)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--plot", metavar="OUT.png|svg", help="draw the forecast against the measured fraction")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="let --plot replace an existing file that is not a previous figure",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=_reproduce)
 
@@ -345,10 +374,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = words[0] if words and words[0] in COMMANDS else None
     args = build_parser(command).parse_args(words)
     try:
-        return int(args.run(args))
+        from ._files import check_stdout
+
+        check_stdout(f"sigma-ref {args.command}")
+        code = int(args.run(args))
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not after exit
+        return code
     except (ValueError, TypeError) as exc:
         print(f"sigma-ref {args.command}: {exc}", file=sys.stderr)
         return BAD_INPUT
+    except BrokenPipeError:  # `sigma-ref audit --all | head`: the reader had enough; end quietly
+        _silence_stdout()
+        return BROKEN_PIPE
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        _silence_stdout()
+        print(f"sigma-ref {args.command}: cannot write the output ({exc.strerror})", file=sys.stderr)
+        return BAD_INPUT
+
+
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null: the interpreter's final flush must not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

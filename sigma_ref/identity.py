@@ -21,7 +21,7 @@ import torch
 
 from . import _arrays
 from ._arrays import Array, Groups
-from .advantages import _statistics
+from .advantages import _sqrt, _statistics, _times_pow2
 from .conventions import PAPER, Convention, get_convention
 
 __all__ = ["policy_gradient", "decompose", "decompose_continuous", "Decomposition", "ContinuousDecomposition"]
@@ -53,6 +53,38 @@ def _scores_like(
     return s, scalar
 
 
+def _finite_or_raise(groups: Groups, **results: torch.Tensor) -> None:
+    """A ValueError naming the result and the first group where it is not finite (inputs are
+    finite, so an infinity or NaN here is a result beyond float64, never returned silently)."""
+    for name, value in results.items():
+        bad = ~torch.isfinite(value)
+        if bad.dim() > 1:
+            bad = bad.any(dim=-1)
+        if bool(bad.any()):
+            group = groups.first_group(bad)
+            raise ValueError(
+                f"the {name} of {groups.describe(group)} does not fit in float64 (|value| > 1.8e308); "
+                "rescale the scores (the identity is linear in them) or the rewards"
+            )
+
+
+def _fits(backend: Any, groups: Groups, scalar: bool, **results: torch.Tensor) -> dict[str, Any]:
+    """The per-group ``results`` in the caller's dtype; a ValueError where one does not fit in
+    it (a float32 caller's update beyond 3.4e38 is an error, not ``inf``)."""
+    out = {}
+    for name, value in results.items():
+        with np.errstate(over="ignore"):  # an overflow of the cast is reported below
+            cast = backend.out(_finish(value, groups, scalar))
+        finite = cast.isfinite() if isinstance(cast, torch.Tensor) else np.isfinite(cast)
+        if not bool(finite.all()):
+            raise ValueError(
+                f"the {name} does not fit in the caller's dtype {backend.dtype} (it does in float64); "
+                "pass float64 inputs, or rescale the scores"
+            )
+        out[name] = cast
+    return out
+
+
 def _finish(value: torch.Tensor, groups: Groups, scalar: bool) -> torch.Tensor:
     value = _arrays.per_group(value, groups)
     return value.squeeze(-1) if scalar else value
@@ -74,7 +106,8 @@ def policy_gradient(advantages: Array, scores: Array, *, index: Any = None, dim:
     _arrays.check_finite(flat, groups, "advantages")
     s, scalar = _scores_like(scores, a, groups, dim, "advantages")
     g = groups.mean(flat.unsqueeze(-1) * s)
-    return backend.out(_finish(g, groups, scalar))
+    _finite_or_raise(groups, update=g)
+    return _fits(backend, groups, scalar, update=g)["update"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +182,15 @@ def decompose(
     prediction = constant.unsqueeze(-1) * delta
     if conv.singleton == "unit_std":  # A = R / d there: the update is R * s / d
         prediction = torch.where(singleton.unsqueeze(-1), plus / d.unsqueeze(-1), prediction)
+    _finite_or_raise(
+        groups,
+        **{
+            "s+": torch.where(k.unsqueeze(-1) > 0, s_plus, 0),
+            "s-": torch.where((n > k).unsqueeze(-1), s_minus, 0),
+        },
+        delta_s=delta,
+        prediction=prediction,
+    )
     per = _arrays.per_group
     return Decomposition(
         k=backend.out(per(k, groups), "int64"),
@@ -159,7 +201,7 @@ def decompose(
         s_minus=backend.out(_finish(s_minus, groups, scalar)),
         delta_s=backend.out(_finish(delta, groups, scalar)),
         constant=backend.out(per(constant, groups), "float64"),
-        prediction=backend.out(_finish(prediction, groups, scalar)),
+        prediction=_fits(backend, groups, scalar, prediction=prediction)["prediction"],
         convention=conv,
         group_ids=groups.ids,
     )
@@ -208,20 +250,39 @@ def decompose_continuous(
     _arrays.check_finite(flat, groups, "rewards")
     s, scalar = _scores_like(scores, x, groups, dim, "rewards")
     stats = _statistics(flat, groups, conv)
-    cov = groups.mean(stats.centered_original().unsqueeze(-1) * s)
+    kern = stats.kernel
+    # in each group's units 2**e (sigma_u = sigma / 2**e in [2**-60, 1] unless silent): with
+    # z = (R - mu) / sigma (|z| <= sqrt(G - 1)) and zs = mean(z s) = Cov(R, s) / sigma, the
+    # slope zs / sigma and the prediction zs * sigma / d never square sigma, so no spread of
+    # the rewards under- or overflows them (proofs/15_hostile_numerics)
+    sigma_u = _sqrt(kern.squares / kern.size)
+    live = sigma_u > 0
+    one = torch.ones_like(sigma_u)
+    z = kern.centered / groups.expand(torch.where(live, sigma_u, one))
+    zs = groups.mean(z.unsqueeze(-1) * s)
+    e = kern.exponent.unsqueeze(-1)
+    cov = _times_pow2(zs * sigma_u.unsqueeze(-1), e)
+    slope_u = zs / torch.where(live, sigma_u, one).unsqueeze(-1)
+    slope = torch.where(live.unsqueeze(-1), _times_pow2(slope_u, -e), torch.full_like(cov, float("nan")))
     sigma = stats.sigma
-    var = (sigma**2).unsqueeze(-1)
-    slope = torch.where(var > 0, cov / torch.where(var > 0, var, 1), torch.full_like(cov, float("nan")))
     d = stats.divisor.unsqueeze(-1)
-    prediction = torch.where(d > 0, cov / torch.where(d > 0, d, 1), torch.zeros_like(cov))
+    ratio = sigma_u / torch.where(stats.den > 0, stats.den, 1.0)  # sigma / d = ratio * 2**-shift
+    if stats.shift is not None:
+        ratio = _times_pow2(ratio, -stats.shift)
+    prediction = torch.where(d > 0, zs * ratio.unsqueeze(-1), torch.zeros_like(cov))
+    if conv.singleton == "unit_std":  # A = R / d there: the update is R * s / d
+        single = groups.sum(flat.unsqueeze(-1) * s) / d
+        prediction = torch.where(kern.singleton.unsqueeze(-1), single, prediction)
+    _finite_or_raise(
+        groups, prediction=prediction, covariance=cov, slope=torch.where(live.unsqueeze(-1), slope, 0)
+    )
     per = _arrays.per_group
     return ContinuousDecomposition(
         G=backend.out(per(groups.sizes, groups), "int64"),
         sigma=backend.out(per(sigma, groups), "float64"),
         divisor=backend.out(per(stats.divisor, groups), "float64"),
-        covariance=backend.out(_finish(cov, groups, scalar)),
         slope=backend.out(_finish(slope, groups, scalar)),
-        prediction=backend.out(_finish(prediction, groups, scalar)),
+        **_fits(backend, groups, scalar, covariance=cov, prediction=prediction),
         convention=conv,
         group_ids=groups.ids,
     )

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["FIGSIZE", "DPI", "PNG_SIZE", "plot_pass_rates", "plot_rollouts", "plot_experiment"]
+__all__ = ["FIGSIZE", "DPI", "PNG_SIZE", "plot_kind", "plot_pass_rates", "plot_rollouts", "plot_experiment"]
 
 FIGSIZE = (13.0, 3.8)
 DPI = 100
@@ -38,11 +38,24 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: str) -> None:
+def plot_kind(path: str) -> str:
+    """``png`` or ``svg`` from ``path``'s extension; ``ValueError`` for another (checked before a run).
+
+    >>> plot_kind("fig.SVG")
+    'svg'
+    """
     ext = os.path.splitext(path)[1].lower()
     if ext not in {".png", ".svg"}:
         raise ValueError(f"--plot {path}: use a .png or .svg file name")
-    fig.savefig(path, dpi=DPI, format=ext[1:], metadata={"Date": None} if ext == ".svg" else None)
+    return ext[1:]
+
+
+def _save(fig: Any, path: str) -> None:
+    ext = "." + plot_kind(path)
+    from ._files import write_atomic
+
+    metadata = {"Date": None} if ext == ".svg" else None
+    write_atomic(path, lambda fh: fig.savefig(fh, dpi=DPI, format=ext[1:], metadata=metadata))
     import matplotlib.pyplot as plt
 
     plt.close(fig)

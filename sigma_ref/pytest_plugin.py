@@ -55,7 +55,10 @@ Each property's outcome rides on its test's report (``user_properties``), so the
 
 ``sigma-ref check`` runs this suite in a child process and reads its progress from the
 hidden ``--sigma-ref-progress PATH`` (one JSON object a line), so that an implementation
-that ends the process is reported with the property that was running.
+that ends the process is reported with the property that was running. The pytest route
+itself does not protect itself: an ``os._exit`` or a crash of the implementation ends this
+pytest process with no summary (the header says so; use ``sigma-ref check`` for code you do
+not trust).
 """
 
 from __future__ import annotations
@@ -140,6 +143,7 @@ class _Progress:
         self.fh = open(path, "a", encoding="utf-8", buffering=1)
         self.config = config
         self.outcomes: dict[str, str] = {}
+        self.exitstatus = 0
 
     def write(self, event: str, **fields: Any) -> None:
         import json
@@ -168,6 +172,10 @@ class _Progress:
         """A test finished, with its verdict (FAIL, WARN, NOTE, pass, skip)."""
         self.write("finished", nodeid=nodeid, outcome=self.outcomes.get(nodeid, "pass"))
 
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Keep the run's exit status (for an exit past threads the code left running)."""
+        self.exitstatus = int(exitstatus)
+
 
 _PROGRESS_KEY = pytest.StashKey[_Progress]()
 
@@ -181,6 +189,19 @@ def pytest_configure(config: pytest.Config) -> None:
     """Make the profile names known (before hypothesis loads ``--hypothesis-profile``), apply
     ``--sigma-ref-timeout``, open the progress file. Loads no profile and changes no setting."""
     register_profiles()
+    report = config.getoption("sigma_ref_report", None)
+    if report:  # a bad --report path fails now, not after the run (sigma_ref._files)
+        from sigma_ref._files import check_output
+
+        try:
+            check_output(
+                report,
+                option="--sigma-ref-report",
+                kind="report",
+                force=bool(config.getoption("sigma_ref_force")),
+            )
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     timeout = config.getoption("sigma_ref_timeout", None)
     if timeout is not None:
         from sigma_ref.conformance.guard import set_timeout
@@ -203,14 +224,23 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Progress: the run ended normally (``sigma-ref check`` then trusts the exit code)."""
+    """Progress: the run ended normally (``sigma-ref check`` then trusts the exit code). In the
+    child of ``sigma-ref check``, threads the implementation left running are named in the
+    ``end`` event and the process exits at once with the run's status instead of waiting for them."""
     progress = _progress(config)
     if progress is not None:
+        import sys
+
         from sigma_ref.conformance import guard
 
         guard._last_resort = None
-        progress.write("end")
+        threads = guard.lingering_threads()
+        progress.write("end", threads=threads)
         progress.fh.close()
+        if threads:  # Python would wait for them at exit, up to the parent's whole-run limit
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(progress.exitstatus)
     if config.getoption("sigma_ref_timeout", None) is not None:
         from sigma_ref.conformance.guard import DEFAULT_TIMEOUT, set_timeout
 
@@ -442,7 +472,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(summary(context, outcomes, seed=seed, profile=profile, seconds=seconds))
     path = config.getoption("sigma_ref_report")
     if path:
-        with open(path, "w", encoding="utf-8") as fh:
-            report = report_dict(context, outcomes, seed=seed, profile=profile, seconds=seconds)
-            fh.write(to_json(report) + "\n")
-        terminalreporter.write_line(f"report written to {path}")
+        from sigma_ref._files import write_atomic
+
+        report = report_dict(context, outcomes, seed=seed, profile=profile, seconds=seconds)
+        try:
+            write_atomic(path, lambda fh: fh.write((to_json(report) + "\n").encode("utf-8")))
+        except OSError as exc:  # checked before the run; the disk filled up or the directory went
+            terminalreporter.write_line(f"sigma-ref: the report was not written to {path} ({exc.strerror})")
+        else:
+            terminalreporter.write_line(f"report written to {path}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import re
 import sys
 from typing import Any
 
@@ -35,6 +36,25 @@ _FORMATS = {
 }
 _BATCH_ROWS = 1 << 20
 _CSV_BLOCK = 1 << 24
+_SHOWN_COLUMNS = 8
+#: The most bytes one Parquet batch decodes to, and the most the wanted columns may decode to.
+_BATCH_BYTES = 1 << 26
+MAX_TABLE_BYTES = 1 << 31
+
+
+class _Decoded:
+    """A running count of the bytes a log's columns decode to; ``ValueError`` past ``MAX_TABLE_BYTES``."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.total = path, 0
+
+    def add(self, nbytes: int) -> None:
+        self.total += nbytes
+        if self.total > MAX_TABLE_BYTES:
+            raise ValueError(
+                f"{self.path}: the columns read decode to more than {MAX_TABLE_BYTES:,} bytes (long text "
+                "in the prompt or group column?); give columns of short ids, or split the log"
+            )
 
 
 def subsampled_silent_rate(n: Any, k: Any, G: int) -> np.ndarray:
@@ -151,10 +171,14 @@ def _format_of(path: str, fmt: str | None) -> str:
 
 
 def _check_columns(path: str, available: list[str], wanted: list[str]) -> None:
+    from ._files import quote
+
     missing = [c for c in wanted if c not in available]
     if missing:
+        shown = ", ".join(quote(c) for c in available[:_SHOWN_COLUMNS])
+        more = f" and {len(available) - _SHOWN_COLUMNS} more" if len(available) > _SHOWN_COLUMNS else ""
         raise ValueError(
-            f"{path}: no column {missing[0]!r}; the file has {available}. Name the columns with "
+            f"{path}: no column {quote(missing[0])}; the file has [{shown}]{more}. Name the columns with "
             "--prompt-col, --reward-col (and --group-col)"
         )
 
@@ -162,34 +186,52 @@ def _check_columns(path: str, available: list[str], wanted: list[str]) -> None:
 def _read_table(path: str, fmt: str, columns: list[str], progress: bool | None) -> Any:
     """The wanted columns of the log as one pyarrow Table (read in batches, with a bar)."""
     pa = _pyarrow()
+    import io
+
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
 
-    if os.path.isdir(path):
-        raise ValueError(f"{path} is a directory; pass a rollout log file")
-    if not os.path.exists(path):
-        raise ValueError(f"{path}: no such file")
-    if os.path.getsize(path) == 0:
+    from ._files import read_input
+
+    source: Any = path
+    regular = path != "-" and os.path.isfile(path)
+    if not regular:  # '-', a pipe (<(zcat log.csv.gz), /dev/stdin): read, bounded; devices refused
+        source = read_input(path, option="--rollouts")
+        if not source:
+            raise ValueError(f"{path} is empty; it holds no rollouts")
+    elif os.path.getsize(path) == 0:
         raise ValueError(f"{path} is empty; it holds no rollouts")
+
+    def raw_file() -> Any:
+        return open(path, "rb") if regular else io.BytesIO(source)
+
     batches = []
+    decoded = _Decoded(path)
     try:
         if fmt == "parquet":
-            file = pq.ParquetFile(path)
+            file = pq.ParquetFile(path if regular else pa.BufferReader(source))
             _check_columns(path, file.schema_arrow.names, columns)
             bar = _progress(file.metadata.num_rows, "rows", progress)
-            for batch in file.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+            # a first small batch measures the decoded bytes per row (a compressed column of long
+            # strings can decode to a thousand times its size); the batches then fit _BATCH_BYTES
+            first = next(file.iter_batches(batch_size=64, columns=columns), None)
+            per_row = first.nbytes / max(first.num_rows, 1) if first is not None else 1.0
+            size = int(max(1, min(_BATCH_ROWS, _BATCH_BYTES // max(per_row, 1.0))))
+            for batch in file.iter_batches(batch_size=size, columns=columns):
+                decoded.add(batch.nbytes)
                 batches.append(batch)
                 bar.update(batch.num_rows)
             bar.close()
             schema = file.schema_arrow
         elif fmt in {"csv", "tsv"}:
             delimiter = "\t" if fmt == "tsv" else ","
-            with open(path, encoding="utf-8-sig", newline="") as head:
+            with raw_file() as head_bytes:
+                head = io.TextIOWrapper(head_bytes, encoding="utf-8-sig", newline="")
                 header = next(csv.reader(head, delimiter=delimiter), [])
             _check_columns(path, header, columns)
-            bar = _progress(os.path.getsize(path), "B", progress)
-            with open(path, "rb") as raw:
+            bar = _progress(os.path.getsize(path) if regular else len(source), "B", progress)
+            with raw_file() as raw:
                 reader = pacsv.open_csv(
                     raw,
                     read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK),
@@ -199,19 +241,23 @@ def _read_table(path: str, fmt: str, columns: list[str], progress: bool | None) 
                 schema = reader.schema
                 done = 0
                 for batch in reader:
+                    decoded.add(batch.nbytes)
                     batches.append(batch)
                     position = raw.tell()
                     bar.update(position - done)
                     done = position
             bar.close()
         else:
-            table = pajson.read_json(path, read_options=pajson.ReadOptions(block_size=_CSV_BLOCK))
+            with raw_file() as raw:
+                table = pajson.read_json(raw, read_options=pajson.ReadOptions(block_size=_CSV_BLOCK))
+            decoded.add(table.nbytes)
             _check_columns(path, table.column_names, columns)
             table = table.select(columns)
             schema = table.schema
             batches = table.to_batches()
     except pa.ArrowInvalid as exc:
-        message = str(exc).split("\n")[0]
+        # Arrow quotes the offending row: keep its own words, never the file's line
+        message = re.sub(r"(got \d+|[Ii]nvalid value|row)\s*:.*", r"\1", str(exc).split("\n")[0])[:160]
         if "changed from" in message or "conversion error" in message.lower():
             raise ValueError(f"{path}: a column holds mixed types ({message})") from None
         raise ValueError(f"{path}: cannot read it as {fmt} ({message})") from None
@@ -237,9 +283,12 @@ def _correct(path: str, rewards: Any, name: str, threshold: float | None) -> npt
     if pa.types.is_boolean(kind):
         return _numpy(rewards).astype(np.int8)
     if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        from ._files import quote
+
         sample = rewards.slice(0, 1).to_pylist()
         raise ValueError(
-            f"{path}: column {name!r} holds {kind} (e.g. {sample[0]!r}), not numbers; rewards must be "
+            f"{path}: column {quote(name)} holds {kind} (e.g. {quote(str(sample[0]))}), not numbers; "
+            "rewards must be "
             "numbers or booleans (a column mixing numbers and text reads as text)"
         )
     values = _numpy(rewards).astype(np.float64, copy=False)
@@ -340,6 +389,13 @@ def read_rollouts(
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path={path!r} must be a file name")
     path = os.fspath(path)
+    if correct_threshold is not None and not (
+        isinstance(correct_threshold, int | float) and -np.inf < correct_threshold < np.inf
+    ):
+        raise ValueError(
+            f"correct_threshold={correct_threshold!r} must be a finite number (a rollout is correct "
+            "when its reward is > T), e.g. 0.5"
+        )
     fmt = _format_of(path, fmt)
     columns = [prompt_col, reward_col] + ([group_col] if group_col else [])
     if len(set(columns)) != len(columns):

@@ -64,7 +64,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.sigma_property(name, prop.level, prop.required(ctx)))
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Say what is tested."""
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say what is tested, and (the pytest route, not ``sigma-ref check``'s child) that the
+    implementation runs unprotected in this process."""
     impl = config.getoption("sigma_ref_impl") or "the sigma_ref oracle (paper, index layout)"
-    return f"sigma-ref conformance: impl={impl}, convention={config.getoption('sigma_ref_convention')}"
+    lines = [f"sigma-ref conformance: impl={impl}, convention={config.getoption('sigma_ref_convention')}"]
+    if config.getoption("sigma_ref_impl") and not config.getoption("sigma_ref_progress"):
+        lines.append(UNPROTECTED)
+    return lines
+
+
+#: The pytest route's header warning (``spec/README.md``, "When the code under test misbehaves").
+UNPROTECTED = (
+    "sigma-ref: the implementation runs in this pytest process: os._exit, a crash or a hang that "
+    "swallows the time limit ends or stalls the run with no summary; `sigma-ref check` runs it "
+    "in a child process and reports them"
+)

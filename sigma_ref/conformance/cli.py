@@ -17,7 +17,7 @@ from typing import Any
 
 from .._options import add_to_argparse
 
-__all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary"]
+__all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary", "hypothesis_cache"]
 
 
 def spec_dir() -> Path:
@@ -145,6 +145,23 @@ def abnormal_summary(events: list[dict[str, Any]], ended: str) -> str:
     return "\n".join(lines)
 
 
+def _module_files(target: str) -> list[str]:
+    """The source files ``pkg.module:attr`` may be loaded from (found on the path, not imported):
+    the run's inputs, which ``--report`` never overwrites.
+
+    >>> _module_files("sigma_ref.conformance.cli:run_check")[0].endswith("cli.py")
+    True
+    """
+    parts = target.split(":", 1)[0].split(".")
+    found = []
+    for entry in [os.getcwd(), *sys.path]:
+        base = os.path.join(entry or os.curdir, *parts)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                found.append(candidate)
+    return found
+
+
 def _run_limit(args: argparse.Namespace) -> float | None:
     from .guard import DEFAULT_TIMEOUT
 
@@ -156,13 +173,32 @@ def _run_limit(args: argparse.Namespace) -> float | None:
     return max(MIN_RUN_LIMIT, RUN_LIMIT_FACTOR.get(profile, 30) * timeout)
 
 
-def _run_child(argv: list[str], limit: float | None) -> tuple[int | str, str]:
+def hypothesis_cache(named: str | None = None) -> str:
+    """Where ``check``'s child keeps hypothesis' data (its example database and the constants it
+    collects from the code under test): ``named`` (``--hypothesis-cache``), else
+    ``$HYPOTHESIS_STORAGE_DIRECTORY``, else ``$XDG_CACHE_HOME/sigma-ref/hypothesis`` (default
+    ``~/.cache``); never the working directory.
+
+    >>> hypothesis_cache("/tmp/h")
+    '/tmp/h'
+    """
+    if named:
+        return os.path.abspath(named)
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        return os.path.abspath(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sigma-ref", "hypothesis")
+
+
+def _run_child(
+    argv: list[str], limit: float | None, env: dict[str, str] | None = None
+) -> tuple[int | str, str]:
     """Run ``argv`` in its own process group: its exit code (or how it was stopped) and its stderr.
 
     The child has its own session (the implementation cannot signal this process's group); a
     Ctrl-C or SIGTERM of this process ends the child too.
     """
-    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE, text=True, env=env)
     previous = signal.getsignal(signal.SIGTERM)
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
@@ -210,6 +246,11 @@ def run_check(args: argparse.Namespace) -> int:
         raise ValueError(
             f"IMPL={args.impl!r} must look like 'pkg.module:attr', e.g. 'my_trainer.grpo:compute_advantages'"
         )
+    if args.report:  # a bad --report path fails now, not after the run
+        from .._files import check_output
+
+        inputs = _module_files(args.impl) + (_module_files(args.loss) if args.loss else [])
+        check_output(args.report, option="--report", kind="report", inputs=inputs, force=args.force)
     where = spec_dir()
     with tempfile.TemporaryDirectory() as tmp:
         progress = os.path.join(tmp, "progress.jsonl")
@@ -218,8 +259,13 @@ def run_check(args: argparse.Namespace) -> int:
             fh.write("[pytest]\n")
         argv = [sys.executable, "-m", "pytest", *_pytest_argv(args, where, ini, progress)]
         sys.stdout.flush()
+        env = {
+            **os.environ,
+            "HYPOTHESIS_STORAGE_DIRECTORY": hypothesis_cache(args.hypothesis_cache),
+            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ beside the user's code
+        }
         try:
-            ended, err = _run_child(argv, _run_limit(args))
+            ended, err = _run_child(argv, _run_limit(args), env)
         except KeyboardInterrupt:
             print("sigma-ref check: interrupted", file=sys.stderr)
             return 130
@@ -233,6 +279,12 @@ def run_check(args: argparse.Namespace) -> int:
     if err.strip():
         print(err.rstrip("\n"), file=sys.stderr)
     if isinstance(ended, int) and events and events[-1].get("event") == "end":
+        threads = events[-1].get("threads") or []
+        if threads:  # hygiene, not the algorithm: a WARN, and the run's verdict stands
+            print(
+                f"WARN: the implementation left {len(threads)} thread(s) running after the run "
+                f"({', '.join(map(str, threads[:3]))}); the process exited without waiting for them"
+            )
         if errors and errors[0].get("kind") == "usage":
             return 2  # pytest printed the message
         if errors:
@@ -297,6 +349,12 @@ def add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="hypothesis profile (default: $HYPOTHESIS_PROFILE, else ci where CI is set, else dev)",
     )
     p.add_argument("--hypothesis-seed", type=int, help="hypothesis seed (reproduces a random run)")
+    p.add_argument(
+        "--hypothesis-cache",
+        metavar="DIR",
+        help="where hypothesis keeps its data for the run (default: $HYPOTHESIS_STORAGE_DIRECTORY, else "
+        "~/.cache/sigma-ref/hypothesis; never the current directory)",
+    )
     p.add_argument("--full", action="store_true", help="show each failure's full message")
     add_to_argparse(
         p.add_argument_group("scale-out (level 5, real torch.distributed processes)"), group="scale-out"
@@ -343,6 +401,16 @@ def _detect(args: argparse.Namespace) -> int:
             code = 2
         sys.stdout.flush()
         print(_DETECT_DONE, file=sys.stderr, flush=True)
+        from .guard import lingering_threads
+
+        threads = lingering_threads()
+        if threads:  # Python would wait for them at exit, up to the parent's limit
+            print(
+                f"WARN: the implementation left {len(threads)} thread(s) running after the probes "
+                f"({', '.join(threads[:3])}); the process exited without waiting for them",
+                flush=True,
+            )
+            os._exit(code)
         return code
     argv = [sys.executable, "-m", "sigma_ref.cli", "detect", args.impl, "--in-process"]
     if args.layout:
@@ -350,7 +418,8 @@ def _detect(args: argparse.Namespace) -> int:
     if args.timeout is not None:
         argv += ["--timeout", repr(args.timeout)]
     sys.stdout.flush()
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # no __pycache__ beside the user's code
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
     limit = _run_limit(argparse.Namespace(timeout=args.timeout, hypothesis_profile="ci"))
     try:
         _, err = proc.communicate(timeout=limit)

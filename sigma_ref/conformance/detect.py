@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
 from ..conventions import PAPER, PRESETS, Convention, EpsPlacement, Scale
@@ -142,13 +143,19 @@ class Detection:
 def _call(adapter: Adapter, batch: Batch) -> np.ndarray | None:
     """Advantages of a probe as float64 numpy, or ``None`` if the call raised or returned
     something that is not ``N`` numbers."""
+    rewards = torch.tensor(batch.rewards, dtype=torch.float64)
     try:
-        out = call_guarded(adapter, batch, what=lambda: adapter.call_repr(batch)).numpy()
+        raw = call_guarded(adapter.call_raw, batch, rewards, what=lambda: adapter.call_repr(batch))
     except ImplementationError as exc:
         if not exc.rejected:  # exited, interrupted or hung: stop detecting, the run fails with it
             raise
         return None
-    return out if out.shape == (batch.n,) else None
+    # the layout's own shape, checked before any conversion: a [B, G] result of a flat layout
+    # is not N advantages, and a huge result is never copied
+    if not isinstance(raw, torch.Tensor | np.ndarray) or tuple(raw.shape) != adapter.expected_shape(batch):
+        return None
+    out: np.ndarray = adapter.flat(raw).detach().to("cpu", torch.float64).numpy()
+    return out
 
 
 def _divisors(c: npt.NDArray[np.float64], a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -186,7 +193,10 @@ def _structure(adapter: Adapter, notes: list[str]) -> tuple[str, int, Scale]:
     R = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 1.0, 0.0]])
     a = _call(adapter, Batch.grouped(R))
     if a is None:
-        notes.append("the implementation raised on the structure probe [[1,0,0,0],[0,3,1,0]]")
+        notes.append(
+            "the implementation raised, or returned no advantages in the layout's shape, "
+            "on the structure probe [[1,0,0,0],[0,3,1,0]]"
+        )
         return "unknown", 0, "group"
     a = a.reshape(R.shape)
     if not np.isfinite(a).all():

@@ -26,9 +26,11 @@ property that was running when it died.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import pickle
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -237,6 +239,69 @@ class _CatchAll:
 
 
 _Silence = _Silenced if _HAS_FILTERS_MUTATED else _CatchAll
+_NO_CAP = contextlib.nullcontext()
+
+
+#: The most characters the implementation may print (``sys.stdout`` and ``sys.stderr`` together)
+#: in one call, and in the whole process; the rest is dropped, with one note each time. A
+#: print of megabytes per call would otherwise pile up in pytest's captured output.
+CALL_OUTPUT_CAP = 1 << 13
+TOTAL_OUTPUT_CAP = 1 << 20
+_printed = [0, 0]  # characters let through: in the current call, in the process
+
+
+class _Capped:
+    """A stream that passes at most the caps' characters on to ``target`` (``sys.stdout`` / ``stderr``)."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def write(self, text: str) -> int:
+        room = min(CALL_OUTPUT_CAP - _printed[0], TOTAL_OUTPUT_CAP - _printed[1])
+        if room > 0:
+            part = text[:room]
+            _printed[0] += len(part)
+            _printed[1] += len(part)
+            self.target.write(part)
+            if len(part) < len(text):
+                self.target.write(
+                    f"\n[sigma-ref: the implementation printed more than {CALL_OUTPUT_CAP:,} characters in a "
+                    f"call (at most {TOTAL_OUTPUT_CAP:,} in a run are kept); the rest is dropped]\n"
+                )
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
+
+
+class _CapOutput:
+    """Route the implementation's ``sys.stdout`` and ``sys.stderr`` through :class:`_Capped`."""
+
+    __slots__ = ("saved",)
+
+    def __enter__(self) -> None:
+        self.saved = (sys.stdout, sys.stderr)
+        _printed[0] = 0
+        if sys.stdout is not None:
+            sys.stdout = _Capped(sys.stdout)
+        if sys.stderr is not None:
+            sys.stderr = _Capped(sys.stderr)
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.stdout, sys.stderr = self.saved
+
+
+def lingering_threads() -> list[str]:
+    """Names of the threads besides the main one that Python would wait for at exit (the
+    implementation's leftovers: ``check`` and ``detect`` name them in a WARN and exit without
+    waiting)."""
+    main = threading.main_thread()
+    return [t.name for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
 
 
 def _call_name(fn: Callable[..., Any], what: str | Callable[[], str] | None) -> str:
@@ -284,7 +349,7 @@ def call_guarded(
     armed = limit > 0 and _depth == 0 and threading.current_thread() is threading.main_thread()
     _depth += 1
     try:
-        with _Silence():
+        with _Silence(), _CapOutput() if _depth == 1 else _NO_CAP:
             if not armed:
                 return fn(*args, **kw)
             if not _alarm_installed:

@@ -108,3 +108,26 @@ def raises_type_error(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 def returns_list(rewards: torch.Tensor, group_size: int) -> list[float]:
     """Returns a Python list, not a tensor."""
     return _trl(rewards, group_size).tolist()
+
+
+def leaves_thread(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Correct, but its first call starts a non-daemon thread that never ends (a logger's
+    flusher, a prefetcher): Python would wait for it at exit."""
+    import threading
+
+    if not _calls[0]:
+        threading.Thread(target=lambda: time.sleep(10**6), name="forever-flusher").start()
+    _calls[0] += 1
+    return _trl(rewards, group_size)
+
+
+def prints_megabytes(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Correct, but prints a megabyte on every call (a debug print left in)."""
+    print("x" * (1 << 20))
+    return _trl(rewards, group_size)
+
+
+def returns_huge(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Returns 4096 values per reward (an outer product left in): far larger than the input."""
+    a = _trl(rewards, group_size)
+    return a.repeat(4096)
