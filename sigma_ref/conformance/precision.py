@@ -145,8 +145,8 @@ def objective_tolerance(
     :func:`sigma_ref.objectives.loss_gradient_terms`), plus, for a KL term in the loss, its slope's
     sensitivity ``|beta| w_it (1 + exp(ref_logp - logp))`` (for the importance-weighted ``k3-is``,
     plus ``q (k3 + 2 |delta| + 1)``, ``q`` the token ratio or GSPO's sequence ratio). ``x`` holds
-    ``[N, T]`` float64 tensors ``logp``, ``old_logp``, ``ref_logp``, ``rollout_logp`` and ``mask``; ``objective`` is an
-    :class:`~sigma_ref.objectives.Objective`.
+    ``[N, T]`` float64 tensors ``logp``, ``old_logp``, ``ref_logp``, ``rollout_logp`` and ``mask``;
+    ``objective`` is an :class:`~sigma_ref.objectives.Objective`.
 
     >>> from sigma_ref.objectives import Objective, loss_gradient_terms
     >>> z = torch.zeros(1, 2, dtype=torch.float64)
