@@ -24,8 +24,12 @@ per ``p``. The window is cut into runs of at most 128 terms; each run starts fro
 Loader's saddle-point form (``stirlerr`` and ``bd0``, as R's ``dbinom``; no term overflows or
 loses digits at any ``G``) and walks by the exact ratio ``(G-k)/(k+1) * p/(1-p)``, vectorised
 over every run at once. The result is accurate to about ``1e-13`` relative (a few ``1e-15``
-typically) for every ``G`` up to ``2**40`` and ``p`` up to an ulp from 0 or 1 (tested against
-exact rationals and 50-digit mpmath sums in ``tests/``).
+typically; measured, not proved) for every ``G`` up to ``2**40`` and ``p`` up to an ulp from 0
+or 1 wherever it is a normal float (above ``2.2e-308``); a subnormal ``E[g]`` (``p`` below about
+``1e-300 / G``) carries the absolute error of subnormal rounding, up to ``2**-1075``.
+``fidelity`` takes its one-term limit ``sqrt((G-1) p)`` below ``p = 2**-600``, so it keeps
+``1e-13`` relative at every ``p`` down to ``5e-324`` (tested against exact rationals and
+50-digit mpmath sums in ``tests/``).
 
 All functions take a number, a sequence, a numpy array or a torch tensor for ``p``
 (and ``G``), broadcast them, and return the same kind (Python scalars for scalars).
@@ -506,10 +510,21 @@ def expected_gradient(p: Any, G: Any, method: Method = "grpo") -> Any:
     return back(_expected(pf, Gf, method).reshape(shape))
 
 
+_TINY_P = 2.0**-600  # below it fidelity is the k = 1 term, sqrt((G-1) p), to within 3 G p < 2**-558
+
+
 def _fidelity(pf: np.ndarray, Gf: np.ndarray) -> np.ndarray:
+    """``E[sqrt(k (G-k))] / (G sqrt(p (1-p)))``; below ``_TINY_P`` (where ``E[...]`` is subnormal and
+    has lost digits) the one-term form ``sqrt((G-1) p) (1-p)**(G-3/2)``: the terms ``k >= 2`` and the
+    power of ``1-p`` change it by less than ``3 G p`` relative (``proofs/04_expectations.py``), and
+    ``p 2**600`` is exact, so ``sqrt((G-1) (p 2**600)) 2**-300`` is within an ulp and a half."""
     root = np.sqrt(pf * (1 - pf))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(root > 0, _expected_root(pf, Gf) / Gf / np.where(root > 0, root, 1), 0.0)
+        out: np.ndarray = np.where(root > 0, _expected_root(pf, Gf) / Gf / np.where(root > 0, root, 1), 0.0)
+    tiny = (pf > 0) & (pf < _TINY_P)
+    if tiny.any():
+        out[tiny] = np.sqrt((Gf[tiny] - 1) * (pf[tiny] * 2.0**600)) * 2.0**-300
+    return out
 
 
 def fidelity(p: Any, G: Any) -> Any:

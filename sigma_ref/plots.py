@@ -132,7 +132,7 @@ def plot_experiment(experiment: Any, path: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=FIGSIZE, gridspec_kw={"width_ratios": [2, 1]})
     steps = np.arange(experiment.steps)
     axes[0].plot(steps, experiment.measured, ".", ms=4, label="measured (silent groups / prompts)")
-    axes[0].plot(steps, experiment.forecast, "-", label="forecast sum_x p_x^G + (1-p_x)^G")
+    axes[0].plot(steps, experiment.forecast, "-", label="forecast mean_x p_x^G + (1-p_x)^G")
     axes[0].set(
         xlabel="GRPO step",
         ylabel="silent fraction",

@@ -75,3 +75,15 @@ def test_certified_decision_exact_points() -> None:
     deficit = _true_deficit(0.5, 4)
     for eps in (float(deficit) * (1 - 1e-15), float(deficit) * (1 + 1e-15)):
         assert _short_certified(0.5, 4, eps) is (mpmath.mpf(eps) < deficit)
+
+
+def test_closed_form_against_exact_at_the_hard_points() -> None:
+    """The README's restated claim about the group-size law, at the points issue 24 named: equal at
+    ``epsilon = 0.05`` for ``p`` in 0.46-0.54 except 0.5 (below there), above at ``(0.01, 0.9)``."""
+    from sigma_ref import min_group_size
+
+    p = np.round(np.arange(0.46, 0.545, 0.01), 2)
+    closed, exact = np.asarray(min_group_size(p, 0.05)), np.asarray(exact_group_size(p, 0.05))
+    assert ((closed == exact) == (p != 0.5)).all(), (closed, exact)
+    assert (min_group_size(0.5, 0.05), exact_group_size(0.5, 0.05)) == (10, 11)
+    assert (min_group_size(0.01, 0.9), exact_group_size(0.01, 0.9)) == (15, 3)
