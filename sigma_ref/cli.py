@@ -20,6 +20,10 @@ __all__ = ["main"]
 
 #: Exit status for bad input of any kind (argparse uses 2 for bad options too).
 BAD_INPUT = 2
+#: Exit status when an optional dependency of the ``audit`` extra is not installed.
+MISSING_EXTRA = 3
+#: The modules of the ``audit`` extra (pyproject.toml).
+AUDIT_EXTRA = ("pyarrow", "matplotlib", "tqdm")
 
 _Number = TypeVar("_Number", int, float)
 
@@ -311,6 +315,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         print(f"sigma-ref {args.command}: {exc}", file=sys.stderr)
         return BAD_INPUT
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in AUDIT_EXTRA and "sigma-ref[audit]" not in str(exc):
+            raise
+        why = str(exc) if "sigma-ref[audit]" in str(exc) else f"no module {missing!r}"
+        print(
+            f"sigma-ref {args.command}: {why}; install the audit extra: pip install 'sigma-ref[audit]'",
+            file=sys.stderr,
+        )
+        return MISSING_EXTRA
 
 
 if __name__ == "__main__":  # pragma: no cover

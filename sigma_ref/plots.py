@@ -31,7 +31,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - the audit extra is installed in tests
-        raise ImportError("--plot needs matplotlib: pip install 'sigma-ref[audit]'") from None
+        raise ImportError("--plot needs matplotlib", name="matplotlib") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -110,7 +110,7 @@ def _pyarrow() -> Any:
     try:
         import pyarrow
     except ImportError:  # pragma: no cover - the audit extra is installed in tests
-        raise ImportError("reading rollout logs needs pyarrow: pip install 'sigma-ref[audit]'") from None
+        raise ImportError("reading rollout logs needs pyarrow", name="pyarrow") from None
     return pyarrow
 
 
