@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 Floats = npt.NDArray[np.float64]
+_CELLS = 1 << 22  # cells of one (pairs x terms) matrix: about 32 MB of float64
 Statistic = Callable[[Floats, int], Floats]  # h(j) for j = 0..G
 
 
@@ -201,14 +202,30 @@ def posterior(
     log_comb = lf[G] - lf[: G + 1] - lf[G::-1]
     centre = float(log_comb.max())
     hj = h(j, G)
-    first = (hj[None, :] * np.exp(log_comb[None, :] + _beta_moments(alpha, beta, G))).sum(axis=1)
+    rows = max(1, _CELLS // (2 * G + 1))  # pairs per chunk: the matrices stay under _CELLS cells
+    first = np.concatenate(
+        [
+            (
+                hj[None, :]
+                * np.exp(log_comb[None, :] + _beta_moments(alpha[i : i + rows], beta[i : i + rows], G))
+            ).sum(axis=1)
+            for i in range(0, alpha.size, rows)
+        ]
+    )
     if not sd:
         return first[inverse], math.nan
     scaled = hj * np.exp(log_comb - centre)
     c = np.convolve(scaled, scaled)
     with np.errstate(divide="ignore"):
         log_c = np.log(np.maximum(c, 0.0))
-    second = np.exp(log_c[None, :] + 2 * centre + _beta_moments(alpha, beta, 2 * G)).sum(axis=1)
+    second = np.concatenate(
+        [
+            np.exp(
+                log_c[None, :] + 2 * centre + _beta_moments(alpha[i : i + rows], beta[i : i + rows], 2 * G)
+            ).sum(axis=1)
+            for i in range(0, alpha.size, rows)
+        ]
+    )
     variance = np.maximum(second - first**2, 0.0)
     spread = math.sqrt(float((counts * variance).sum())) / float(counts.sum())
     out: Floats = first[inverse]
