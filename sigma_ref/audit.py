@@ -410,8 +410,8 @@ class RolloutAudit:
         ]
         if beyond:
             out += [
-                "* beyond the log: some prompts have fewer than G rollouts, so no unbiased estimate "
-                "exists; the empirical-Bayes column is the best the log offers."
+                "* beyond the log: some prompts have fewer than G rollouts (no subsets of G to "
+                "average), so the empirical-Bayes column is the best the log offers."
             ]
         e = self.extreme
         out += [

@@ -8,8 +8,10 @@ degree ``G`` in ``p``; the audit wants ``mean_i f(p_i)`` over the corpus.
 * ``G <= n`` (:func:`unbiased`): ``E[h(j)]`` with ``j`` hypergeometric, the count in ``G`` of the
   ``n`` rollouts drawn without replacement, is unbiased for ``f(p)`` (its expectation over
   ``k ~ Binomial(n, p)`` is ``f(p)``; ``proofs/10_subsampled``).
-* ``G > n``: no unbiased estimator exists (an unbiased estimate of a polynomial from
-  ``Binomial(n, p)`` has degree ``<= n``), so the log cannot support one. The best it offers is
+* ``G > n``: an estimator's expectation over ``Binomial(n, p)`` is a polynomial of degree ``<= n``,
+  so ``f`` of higher degree has no unbiased estimator (the silent rate has degree ``G`` for even
+  ``G``, ``G - 1`` for odd: none for ``G >= n + 2``; ``proofs/14_beyond_the_log``), and the log's
+  subsets of ``G`` do not exist. The best it offers is
   empirical Bayes (:func:`posterior`): ``Beta(a, b)`` fitted to the corpus's own counts by
   maximum beta-binomial likelihood (:func:`fit_prior`), then the posterior mean of ``f`` given
   ``k``, ``sum_j h(j) C(G, j) B(a + k + j, b + n - k + G - j) / B(a + k, b + n - k)``. Unbiased for
