@@ -355,6 +355,7 @@ class RolloutAudit:
     edge_share: float = 0.0  # share of prompts with k in {0, n}
     budget: tuple[BudgetRow, ...] = ()
     recommended: Recommendation | None = None
+    prior_at_bound: bool = False  # the fit stopped at a bound: the model's numbers reflect it
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for JSON)."""
@@ -408,6 +409,11 @@ class RolloutAudit:
             f"Empirical Bayes: Beta({a:.3g}, {b:.3g}) fitted to the log's counts, each prompt's posterior "
             "mean; unbiased if the pass rates follow that Beta, biased by its misfit otherwise."
         ]
+        if self.prior_at_bound:
+            out += [
+                "Warning: the fit stopped at a bound (a, b in [1e-3, 1e4]): the log does not pin the "
+                "prior (too few prompts, or all k in {0, n}), so the model's numbers reflect the bounds."
+            ]
         if beyond:
             out += [
                 "* beyond the log: some prompts have fewer than G rollouts (no subsets of G to "
@@ -599,6 +605,7 @@ def rollout_audit(
         never / int(rollouts.n.size),
         budget,
         recommended,
+        prior.at_bound,
     )
 
 

@@ -71,6 +71,7 @@ class BetaPrior:
     a: float
     b: float
     prompts: int
+    at_bound: bool = False  # the fit stopped at a bound of [1e-3, 1e4]: the log does not pin the prior
 
 
 def _rising_log(x: Floats, m: int) -> Floats:
@@ -114,8 +115,9 @@ def fit_prior(n: npt.ArrayLike, k: npt.ArrayLike) -> BetaPrior:
 
     Started at the method of moments, refined on shrinking ``9 x 9`` grids in ``(log a, log b)``
     (12 rounds, each a quarter of the last span): deterministic, no optimiser dependency. ``a``
-    and ``b`` are kept in ``[1e-3, 1e4]`` (a corpus of all-correct or all-wrong prompts has its
-    maximum at the boundary).
+    and ``b`` are kept in ``[1e-3, 1e4]``; ``at_bound`` says the fit stopped at a bound (a single
+    prompt, or a corpus of all-correct or all-wrong prompts, has its maximum at the boundary, so
+    the log does not pin the prior and the model's numbers reflect the bounds).
     """
     n_d, k_d, counts, _ = _pairs(n, k)
     p = k_d / n_d
@@ -136,7 +138,9 @@ def fit_prior(n: npt.ArrayLike, k: npt.ArrayLike) -> BetaPrior:
         _, bx, by = max(scores)
         best = (bx, by)
         span /= 4
-    return BetaPrior(math.exp(best[0]), math.exp(best[1]), int(counts.sum()))
+    bounds = (math.log(1e-3), math.log(1e4))
+    at_bound = any(min(abs(v - edge) for edge in bounds) < 1e-9 for v in best)
+    return BetaPrior(math.exp(best[0]), math.exp(best[1]), int(counts.sum()), at_bound)
 
 
 def _log_factorials(m: int) -> Floats:

@@ -649,7 +649,7 @@ def _short_certified(p: float, G: int, eps: float) -> bool | None:
                 term = term * odds * (G - k) / (k + 1)
                 total += term * iv.sqrt(iv.mpf((k + 1) * (G - k - 1)))
             outside = 0 if (lo, hi) == (1, G - 1) else iv.mpf(_TAIL) * iv.mpf(2) ** (-prec)
-            total_range = iv.mpf([total.a, total.b * (1 + outside)])
+            total_range = iv.mpf([total.a, (total / (1 - outside)).b])  # S <= S_window / (1 - share)
             short = 1 - total_range / (G * iv.sqrt(mp_p * mp_q))
             if short.a > eps:
                 return True

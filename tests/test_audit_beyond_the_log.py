@@ -92,3 +92,21 @@ def test_misfit_is_stated() -> None:
     p = 1 / (1 + np.exp(-rng.normal(-1.0, 2.0, 4000)))
     text = str(rollout_audit(_log(p, 4), G=(64,)))
     assert "unbiased if the pass rates follow that Beta, biased by its misfit otherwise" in text
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "bound"),
+    [
+        ([8] * 50, [0] * 50, True),  # all wrong: nothing pins the prior's mean above 0
+        ([8] * 50, [0] * 25 + [8] * 25, True),  # all silent
+        ([1] * 500, [0, 1] * 250, False),  # one rollout a prompt: the fit is still identified
+    ],
+)
+def test_degenerate_logs_are_flagged(n: list[int], k: list[int], bound: bool) -> None:
+    """Logs whose counts do not pin the Beta: the fit stops at a bound and the report says so."""
+    n_arr, k_arr = np.array(n), np.array(k)
+    empty = np.zeros(0, np.int64)
+    log = Rollouts("log", int(n_arr.sum()), np.arange(n_arr.size), n_arr, k_arr, empty, empty, empty, "")
+    result = rollout_audit(log, G=(8, 16))
+    assert result.prior_at_bound is bound
+    assert ("Warning: the fit stopped at a bound" in str(result)) is bound
