@@ -94,10 +94,13 @@ def _pairs(n: npt.ArrayLike, k: npt.ArrayLike) -> tuple[Floats, Floats, Floats, 
         or (k_arr % 1).any()
     ):
         raise ValueError("need integers 1 <= n and 0 <= k <= n for every prompt (k correct of n rollouts)")
-    pairs, inverse, counts = np.unique(
-        np.stack([n_arr, k_arr]), axis=1, return_inverse=True, return_counts=True
+    width = int(k_arr.max()) + 1  # one int64 key per pair: a 1-D unique (an axis=1 unique sorts rows)
+    keys, inverse, counts = np.unique(
+        n_arr.astype(np.int64) * width + k_arr.astype(np.int64), return_inverse=True, return_counts=True
     )
-    return pairs[0], pairs[1], counts.astype(np.float64), np.asarray(inverse).reshape(-1)
+    n_d = (keys // width).astype(np.float64)
+    k_d = (keys % width).astype(np.float64)
+    return n_d, k_d, counts.astype(np.float64), np.asarray(inverse).reshape(-1)
 
 
 def _log_likelihood(a: float, b: float, n: Floats, k: Floats, counts: Floats) -> float:
