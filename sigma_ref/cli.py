@@ -129,6 +129,7 @@ def _audit_rollouts(args: argparse.Namespace) -> int:
         G=args.G or (8, 16, 32),
         epsilons=args.epsilon or (0.1, 0.05, 0.01),
         extreme=args.extreme,
+        target=args.target,
     )
     if args.plot:
         from .plots import plot_rollouts
@@ -205,6 +206,13 @@ def _add_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         default=0.1,
         help="prompts with p <= X or p >= 1 - X count as extreme in the mass shares (default 0.1)",
+    )
+    g.add_argument(
+        "--target",
+        type=float,
+        default=0.95,
+        help="the recommended G is the least whose expected update keeps this share of the "
+        "large-G gradient signal (default 0.95)",
     )
     p.set_defaults(run=_audit)
 

@@ -110,3 +110,17 @@ def test_degenerate_logs_are_flagged(n: list[int], k: list[int], bound: bool) ->
     result = rollout_audit(log, G=(8, 16))
     assert result.prior_at_bound is bound
     assert ("Warning: the fit stopped at a bound" in str(result)) is bound
+
+
+@pytest.mark.parametrize("bad", ["1.5", "0", "nan"])
+def test_target_flag(capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    """``--target`` sets the recommendation's target; outside (0, 1) exits 2 naming the value."""
+    from pathlib import Path
+
+    from sigma_ref.cli import main
+
+    example = str(Path(__file__).resolve().parents[1] / "docs" / "example_rollouts.parquet")
+    assert main(["audit", "--rollouts", example, "--target", "0.9"]) == 0
+    assert "keeps 90% of the large-G gradient signal" in capsys.readouterr().out
+    assert main(["audit", "--rollouts", example, "--target", bad]) == 2
+    assert f"target={float(bad)!r} must be in (0, 1)" in capsys.readouterr().err
