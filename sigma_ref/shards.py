@@ -42,9 +42,10 @@ def shard_paths(path: str) -> list[str]:
         files = sorted(glob.glob(path))
     files = [f for f in files if os.path.isfile(f)]
     if not files:
+        where = f"{path} is a directory with" if os.path.isdir(path) else f"{path}: the pattern matches"
         raise ValueError(
-            f"{path}: no rollout shards (files ending in {', '.join(_FORMATS)}) found; pass a directory "
-            "of shards, a glob such as 'logs/*.parquet', or one file"
+            f"{where} no rollout shards (files ending in {', '.join(_FORMATS)}); pass a directory "
+            "of shards, a glob such as 'logs/*.parquet', or one rollout log file"
         )
     return files
 
