@@ -182,7 +182,11 @@ def _add_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--all", action="store_true", help="pass rates: print the summary and every row")
     p.add_argument("--plot", metavar="OUT.png|svg", help="draw the audit's figure to this file (matplotlib)")
     g = p.add_argument_group("rollout logs")
-    g.add_argument("--rollouts", metavar="PATH", help="a rollout log: .parquet, .csv, .tsv or .jsonl")
+    g.add_argument(
+        "--rollouts",
+        metavar="PATH",
+        help="a rollout log (.parquet, .csv, .tsv or .jsonl), or a directory or quoted glob of such shards",
+    )
     g.add_argument(
         "--format",
         choices=("parquet", "csv", "tsv", "json"),
