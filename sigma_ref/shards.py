@@ -51,8 +51,9 @@ def shard_paths(path: str) -> list[str]:
 
 
 def is_shards(path: str) -> bool:
-    """Whether ``path`` names shards (a directory or a glob pattern) rather than one file."""
-    return os.path.isdir(path) or glob.has_magic(path)
+    """Whether ``path`` names shards (a directory, or a glob pattern that is not itself the name of
+    a file: ``log[1].parquet`` that exists is that file) rather than one file."""
+    return os.path.isdir(path) or (glob.has_magic(path) and not os.path.lexists(path))
 
 
 def _batches(path: str, fmt: str, columns: list[str]) -> Iterator[Any]:

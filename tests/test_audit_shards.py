@@ -88,3 +88,11 @@ def test_shard_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     pq.write_table(pa.table({"id": ["a"], "reward": [1]}), folder / "c.parquet")
     assert main(["audit", "--rollouts", str(tmp_path / "mixed" / "c.*")]) == 2
     assert "no column 'prompt'" in capsys.readouterr().err
+
+
+def test_a_file_named_like_a_glob_is_that_file(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"prompt": ["a", "a", "b"], "reward": [1, 0, 1]}), tmp_path / "log[1].parquet")
+    pq.write_table(pa.table({"prompt": ["z"], "reward": [1]}), tmp_path / "log1.parquet")
+    log = rollouts.read_rollouts(str(tmp_path / "log[1].parquet"))
+    assert log.rows == 3 and not shards.is_shards(str(tmp_path / "log[1].parquet"))
+    assert shards.is_shards(str(tmp_path / "log*.parquet"))
