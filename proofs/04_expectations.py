@@ -326,8 +326,11 @@ sp.simplify(E_u)
 # `(1-p)^G/2 > 0`), so `1 - phi(G) > 1/(2G)`: every `G <= 1/(2 epsilon)` falls short, and
 # `exact_group_size` starts its bracket at `floor(1/(2 epsilon))`. At `p = 1/2` the expansion above
 # gives `1 - phi = 1/(2G) + 3/(8 G^2) + O(G^-3)`; at `epsilon = 1e-12` that is `1e-12 + 1.5e-24` at
-# `G = 5e11` and `1e-12 - 0.5e-24` at `G = 5e11 + 1` (the `O(G^-3)` term is ~`1e-35`): the least
-# `G` is `500000000001`, which the oracle returns (in one evaluation: the start is the lower end).
+# `G = 5e11` and `1e-12 - 0.5e-24` at `G = 5e11 + 1`: the least `G` is `500000000001`, which the
+# oracle returns (in one evaluation: the start is the lower end). **This last step is a check, not
+# a proof**: the `O(G^-3)` remainder's constant is not bounded here (the next coefficient of the
+# expansion is of order one, which would make it ~`1e-35`, far inside the `0.5e-24` margin, but an
+# asymptotic series' remainder needs its own bound, which this notebook does not derive).
 
 # %%
 Gd = sp.Symbol("G_d", positive=True)
@@ -344,7 +347,7 @@ g0 = 5 * 10**11
 for g, expect_short in ((g0, True), (g0 + 1, False)):
     two_terms = sp.Rational(1, 2 * g) + sp.Rational(3, 8 * g**2)
     assert (two_terms > sp.Rational(10**-12)) == expect_short  # epsilon = 1e-12 as the float it is
-    assert abs(two_terms - sp.Rational(10**-12)) > 10**10 * sp.Rational(1, g**3)  # margin >> O(G^-3)
+    assert abs(two_terms - sp.Rational(10**-12)) > 10**10 * sp.Rational(1, g**3)  # margin >> G^-3 (a check)
 assert sigma_ref.exact_group_size(0.5, 1e-12) == g0 + 1
 "least G at (1/2, 1e-12): 500000000001"
 
@@ -371,3 +374,31 @@ eta = sp.Symbol("eta", positive=True)  # c/q
 second = sp.series((1 + eta) ** 16, eta, 0, 3).removeO() - (1 + 16 * eta)
 assert second == 120 * eta**2 and float(120 * sp.Rational(2) ** -104) < 1e-28
 "Horner form of the small-group sum: G = 2..16"
+
+# %% [markdown]
+# ## Tiny `p`: the one-term limit of the fidelity (`_fidelity` below `p = 2**-600`)
+#
+# With `q = 1 - p` and `t_k = C(G,k) p^k q^(G-k)`, the `k = 1` term of `phi = E[sqrt(k(G-k))] /
+# (G sqrt(pq))` is exactly `sqrt(p (G-1)) q^(G - 3/2)`. Every other term relative to it is
+# `rho_k = C(G,k)/G (p/q)^(k-1) sqrt(k(G-k)/(G-1))` (and `k = G` contributes 0). Since
+# `C(G,k)/G <= G^(k-1)/k!` and `sqrt(k(G-k)/(G-1)) <= sqrt(k) <= k`, `rho_k <= x^(k-1)/(k-1)!`
+# with `x = G p / q`, so `sum_{k>=2} rho_k <= e^x - 1 <= (e - 1) x <= 2x` for `x <= 1` (convexity).
+# And
+# `1 >= q^(G-3/2) >= 1 - (G - 3/2) p >= 1 - x`. So `phi = sqrt(p (G-1)) (1 + d)` with
+# `-x <= d <= 2x`, `|d| <= 3 G p` (as `q >= 1/2`). Below `p = 2**-600` with `G <= 2**40`,
+# `3 G p < 2**-558`: the one-term form is exact to far below an ulp. (The two inequalities on
+# `rho_k` are checked below with exact integers on a grid; the rest is the text's algebra.)
+
+# %%
+for g in (2, 3, 5, 17, 100, 1000):
+    for k in range(2, min(g, 12) + 1):
+        lhs_sq = (sp.binomial(g, k) / g) ** 2 * sp.Rational(k * (g - k), g - 1)  # squares: rational
+        rhs_sq = (sp.Integer(g) ** (k - 1) / sp.factorial(k - 1)) ** 2
+        assert lhs_sq <= rhs_sq, (g, k)
+assert bool(sp.E - 1 < 2)  # e^x - 1 is convex, 0 at 0: below its chord (e - 1) x <= 2 x on [0, 1]
+for tiny in (5e-324, 1e-310, 2.0**-601):
+    for g in (2, 8, 1000, 2**40):
+        with mpmath.workdps(40):
+            one_term = mpmath.sqrt(mpmath.mpf(tiny) * (g - 1))
+        assert abs(sigma_ref.fidelity(tiny, g) - float(one_term)) <= 2 * 2.0**-52 * float(one_term)
+"tiny p: fidelity = sqrt(p (G-1)) to an ulp and a half"

@@ -106,10 +106,13 @@ rate, float(rate), float(draws)
 #
 # Silent groups have `sigma = 0`, so `E[sigma] = P(keep) E[sigma | keep]`: per kept group
 # the expected update is `E[sigma]/P(keep)`, but a kept group costs `1/P(keep)` draws, so
-# the expected update per drawn group stays `E[sigma]`. (Checked for `G = 2..8` as
-# identities of finite sums.)
+# the expected update per drawn group stays `E[sigma]`. The one fact this rests on, proved
+# below for symbolic `G`, is `sigma(0, G) = sigma(G, G) = 0` (the dropped groups carry no update);
+# the rest is the definition of a conditional mean. The loop over `G = 2..8` only re-does that
+# algebra on finite sums (an identity by construction, not a test of the oracle).
 
 # %%
+assert S.sigma(0, G) == 0 and S.sigma(G, G) == 0  # symbolic G: silent groups have sigma = 0
 for g in range(2, 9):
     conditional = sum(S.binomial_pmf(j, g) * S.sigma(j, g) for j in range(1, g)) / S.keep_probability(p, g)
     per_draw = conditional / S.expected_draws_per_kept_group(p, g)

@@ -54,6 +54,10 @@ r = sp.exp(ell - old)
 # (verl's `clip_ratio_c`). On each region the surrogate *is* one of its branches, whose
 # derivative sympy gives exactly: the unclipped branch `r A` has `d(rA)/dlogp = A r`; the
 # clipped branches `(1 + eh) A`, `(1 - el) A` and `c A` do not depend on `logp` (gradient 0).
+# **What is proved and what is checked.** The branch derivatives are proved (symbolic, below).
+# Which branch the surrogate equals on each region is *checked* at twelve sample ratios per sign
+# of `A` (at least one inside every region, none on a boundary), not proved over the regions;
+# so is the oracle's agreement with it.
 
 # %%
 lo, hi, c = 1 - sp.Rational(1, 5), 1 + sp.Rational(7, 25), sp.Integer(3)
@@ -114,7 +118,7 @@ for a, q, _, got_dual in table:
         torch.ones(1, 1),
     )
     assert math.isclose(-g.item(), float(got_dual), rel_tol=1e-14), (a, q)
-"oracle = sympy on every region, A > 0 and A < 0, with and without dual clip"
+"oracle = sympy at sample ratios in every region (a check), A > 0 and A < 0, with and without dual clip"
 
 # %% [markdown]
 # ## 2. GSPO: the sequence ratio
@@ -314,7 +318,7 @@ for q in ratios:
         torch.ones(1, 1),
     )
     assert math.isclose(g.item(), float(expected.subs(A, 2)), rel_tol=1e-14)
-"CISPO: dL/dlogp = -clip(r) A on every token, checked on the ratio grid"
+"CISPO: dL/dlogp = -clip(r) A, checked at the grid's sample ratios"
 
 # %% [markdown]
 # ## 4. Rollout importance sampling (TIS / MIS)

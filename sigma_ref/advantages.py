@@ -16,8 +16,11 @@ Accuracy. Every statistic is computed once, by :func:`group_statistics`'s kernel
 that it is right for every finite input. The kernel centres each group one of three ways,
 chosen from the values (``proofs/13_kernel.py`` proves each):
 
-* exactly, when the values are float32 numbers that are integers of one ``2**q`` with
-  ``2 G max|R| <= 2**53 2**q`` (binary and most real rewards): ``sum R``, ``n R_i`` and
+* exactly, when the batch's values are float32 numbers and, with ``q = e - 24`` from the batch's
+  smallest non-zero ``|R|`` (``2**(e-1) <= min|R| < 2**e``: every float32 number that large is
+  an integer of ``2**q``), ``2 G max|R| <= 2**53 2**q`` for its largest group ``G`` (binary and
+  most real rewards; integers of a coarser grid that fail this rule, e.g. float32
+  ``[6544071, 842256448, -1380129758511104]``, take the next way): ``sum R``, ``n R_i`` and
   ``n R_i - sum R`` are exact, so ``R_i - mu`` and ``mu`` are correctly rounded and a group
   is silent iff its centred values are exactly 0. One sum, one subtraction, one sum of squares;
 * for other float32 numbers (a wide dynamic range): unshifted, in two passes (below); a
@@ -35,7 +38,8 @@ same order for numpy and torch, and square roots are correctly rounded, so both 
 give bit-identical float64 results (on the CPU).
 
 Bound: ``|A_i - A_i*| <= ~(G + 4) u max_j |A_j|`` with ``u = 2**-53`` (relative to the
-group's largest advantage), which the tests check against 60-digit arithmetic. A result
+group's largest advantage): measured, not proved (``proofs/13_kernel.py`` §4), which the tests
+check against 60-digit arithmetic. A result
 that does not fit in float64 (``|R_i - mu| > 1.8e308`` for Dr. GRPO or RLOO) raises
 ``ValueError`` instead of returning ``inf``.
 """

@@ -240,9 +240,10 @@ def corpus_audit(pass_rates: Any, G: int = 8, epsilon: float = 0.05) -> AuditRes
 
     Per prompt: silent rate ``p**G + (1-p)**G``, closed-form ``G* = ceil(1 / (8 epsilon
     p (1 - p)))`` and the exact least ``G`` with fidelity ``>= 1 - epsilon``; totals:
-    average waste and effective budget ``= 1 - average waste``. The closed form is below
-    the exact least ``G`` at every ``p`` tried (``p = 0.5``: 10 against 11), not only near
-    the edges.
+    average waste and effective budget ``= 1 - average waste``. The closed form reads low
+    at most ``p`` (``p = 0.5``: 10 against 11), not only near the edges, equals the exact
+    value where its ceiling absorbs the gap, and reads high at large ``epsilon`` (``p = 0.01,
+    epsilon = 0.9``: 15 against 3): the exact column is the answer.
 
     >>> result = corpus_audit([0.5, 0.03], G=8)
     >>> [(r.closed_form_group_size, r.exact_group_size) for r in result.rows]
@@ -261,13 +262,18 @@ def corpus_audit(pass_rates: Any, G: int = 8, epsilon: float = 0.05) -> AuditRes
 
 @dataclasses.dataclass(frozen=True)
 class SilentRow:
-    """Silent-group rate of a rollout log at group size ``G``, three ways.
+    """Silent-group rate of a rollout log at group size ``G``, four ways.
 
-    ``plug_in``: mean over prompts of ``p**G + (1-p)**G`` with ``p = k/n``; ``subsampled``:
-    mean over the ``covered`` prompts with ``n >= G`` of the unbiased
-    ``(C(k,G) + C(n-k,G)) / C(n,G)``; at the logged ``G`` also ``observed``, the silent
-    share of the log's groups of that size, its binomial standard error ``observed_se``
-    and ``expected``, the subsampled estimate averaged over those same groups.
+    ``plug_in``: mean over prompts of ``p**G + (1-p)**G`` with ``p = k/n`` (biased: ``k/n`` is
+    noisier than ``p``, and the rate is convex); ``subsampled``: mean over the ``covered`` prompts
+    with ``n >= G`` of the unbiased ``(C(k,G) + C(n-k,G)) / C(n,G)``, ``subsampled_se`` its
+    standard error (the sample sd over prompts / sqrt(prompts): conservative, it includes the
+    spread of the prompts' own rates); ``model``: the empirical-Bayes estimate
+    (:mod:`sigma_ref.corpus_prior`), ``model_sd`` its posterior sd; ``supported``: every prompt
+    has ``n >= G`` (else the log cannot support an unbiased estimate and ``model`` is the best
+    it offers). At the logged ``G`` also ``observed``, the silent share of the log's groups of
+    that size, its binomial standard error ``observed_se`` and ``expected``, the subsampled
+    estimate averaged over those same groups.
     """
 
     G: int
@@ -278,17 +284,57 @@ class SilentRow:
     observed_se: float | None = None
     expected: float | None = None
     groups: int = 0
+    subsampled_se: float | None = None
+    model: float | None = None
+    model_sd: float | None = None
+    supported: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
 class SizeRow:
-    """The exact least ``G`` with fidelity ``>= 1 - epsilon`` over the prompts with ``0 < p < 1``."""
+    """The exact least ``G`` with fidelity ``>= 1 - epsilon`` over all prompts.
+
+    ``median``, ``p90``, ``reached`` (share whose least ``G`` is ``<=`` the logged ``G``): under the
+    mixture of the prompts' posteriors ``Beta(a + k, b + n - k)`` (:mod:`sigma_ref.corpus_prior`),
+    which includes the prompts with ``k in {0, n}``; ``None`` for a size beyond ``2**40``.
+    ``plug_in_median``, ``plug_in_p90``, ``maximum``: with ``p = k/n`` over the prompts with
+    ``0 < k < n`` only (the earlier table: it reads low).
+    """
 
     epsilon: float
     median: int | None
     p90: int | None
     maximum: int | None
-    reached: float | None  # share of those prompts whose least G is <= the logged G
+    reached: float | None
+    plug_in_median: int | None = None
+    plug_in_p90: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetRow:
+    """Per 1,000 rollouts spent at group size ``G``: ``1000 / G`` groups, the expected non-silent
+    ones, the expected gradient signal ``(1000 / G) mean_i E[sigma_i]`` (GRPO's update size in units
+    of ``delta_s``), and the corpus fidelity ``mean_i E[sigma_i] / mean_i E[sqrt(p_i (1-p_i))]``;
+    ``source`` names the estimator (``"subsampled"`` where every prompt has ``n >= G``, else
+    ``"empirical Bayes"``)."""
+
+    G: int
+    groups: float
+    non_silent: float
+    signal: float
+    fidelity: float
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Recommendation:
+    """The least ``G`` whose expected update keeps ``target`` of the large-G gradient signal
+    (corpus fidelity ``>= target``), or ``None`` beyond ``limit``; ``reason`` says it in words."""
+
+    G: int | None
+    target: float
+    limit: int
+    reason: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +351,11 @@ class RolloutAudit:
     extreme: float
     mass_share: dict[str, float | None]
     sizes: tuple[SizeRow, ...]
+    prior: tuple[float, float] = (math.nan, math.nan)  # Beta(a, b) fitted to the log
+    edge_share: float = 0.0  # share of prompts with k in {0, n}
+    budget: tuple[BudgetRow, ...] = ()
+    recommended: Recommendation | None = None
+    prior_at_bound: bool = False  # the fit stopped at a bound: the model's numbers reflect it
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for JSON)."""
@@ -323,35 +374,94 @@ class RolloutAudit:
             if self.logged_G
             else "no groups in the log (pass --group-col, or log a group's rows together)"
         )
+        a, b = self.prior
         out = [
             f"Rollout audit of {self.path}: {self.rows:,} rollouts, {self.prompts:,} prompts "
             f"({self.never:,} always or never correct); {groups}",
             "",
             "Silent-group rate",
         ]
-        head = ("G", "prompts n>=G", "plug-in p^G+(1-p)^G", "subsampled (unbiased)", "observed ± se")
+        head = (
+            "G",
+            "prompts n>=G",
+            "plug-in (biased)",
+            "subsampled ± se",
+            "empirical Bayes ± sd",
+            "observed ± se",
+        )
         body = []
+        beyond = False
         for r in self.silent:
             observed = "" if r.observed is None else f"{r.observed:.2%} ± {r.observed_se:.2%}"
             if r.observed is not None:
                 observed += f" ({r.groups:,} groups; forecast {r.expected:.2%})"
-            mark = " (logged)" if r.G == self.logged_G else ""
-            body.append((f"{r.G}{mark}", f"{r.covered:,}", pct(r.plug_in, 2), pct(r.subsampled, 2), observed))
+            mark = " (logged)" if r.G == self.logged_G else "" if r.supported else " *"
+            beyond = beyond or not r.supported
+            sub = (
+                "–"
+                if r.subsampled is None or not r.supported
+                else f"{r.subsampled:.2%} ± {r.subsampled_se:.2%}"
+            )
+            model = "–" if r.model is None else f"{r.model:.2%} ± {r.model_sd:.2%}"
+            body.append((f"{r.G}{mark}", f"{r.covered:,}", pct(r.plug_in, 2), sub, model, observed))
         out += table(head, body)
+        out += [
+            f"Empirical Bayes: Beta({a:.3g}, {b:.3g}) fitted to the log's counts, each prompt's posterior "
+            "mean; unbiased if the pass rates follow that Beta, biased by its misfit otherwise."
+        ]
+        if self.prior_at_bound:
+            out += [
+                "Warning: the fit stopped at a bound (a, b in [1e-3, 1e4]): the log does not pin the "
+                "prior (too few prompts, or all k in {0, n}), so the model's numbers reflect the bounds."
+            ]
+        if beyond:
+            out += [
+                "* beyond the log: some prompts have fewer than G rollouts (no subsets of G to "
+                "average), so the empirical-Bayes column is the best the log offers."
+            ]
         e = self.extreme
         out += [
             "",
             f"Gradient-mass share of extreme prompts (p <= {e:g} or p >= {1 - e:g}):",
             "  " + ", ".join(f"{name} {pct(value)}" for name, value in self.mass_share.items()),
-            "",
-            "Least G with fidelity >= 1 - epsilon (exact), over prompts with 0 < p < 1",
         ]
-        head2 = ("1 - epsilon", "median", "90th pct", "max", f"reached at G={self.logged_G}")
+        if self.budget:
+            out += ["", "Budget: per 1,000 rollouts at group size G (estimates as above)"]
+            head3 = ("G", "groups", "non-silent groups", "gradient signal", "corpus fidelity", "estimator")
+            body3 = [
+                (
+                    f"{r.G}",
+                    f"{r.groups:.1f}",
+                    f"{r.non_silent:.1f}",
+                    f"{r.signal:.2f}",
+                    f"{r.fidelity:.3f}",
+                    r.source,
+                )
+                for r in self.budget
+            ]
+            out += table(head3, body3)
+        if self.recommended is not None:
+            out += ["", f"Recommended: {self.recommended.reason}"]
+        out += [
+            "",
+            f"Least G with fidelity >= 1 - epsilon (exact), over all {self.prompts:,} prompts: the mixture "
+            f"of their posteriors Beta({a:.3g} + k, {b:.3g} + n - k); {self.edge_share:.1%} of prompts "
+            "have k in {0, n} and enter only through it",
+        ]
+        head2 = (
+            "1 - epsilon",
+            "median",
+            "90th pct",
+            f"reached at G={self.logged_G}",
+            "plug-in 0<k<n: median",
+            "90th",
+        )
         body2 = [
             (
                 f"{1 - s.epsilon:g}",
-                *("–" if v is None else str(v) for v in (s.median, s.p90, s.maximum)),
-                pct(s.reached) if self.logged_G else "–",
+                *("> 2**40" if v is None else str(v) for v in (s.median, s.p90)),
+                pct(s.reached) if self.logged_G and s.reached is not None else "–",
+                *("–" if v is None else str(v) for v in (s.plug_in_median, s.plug_in_p90)),
             )
             for s in self.sizes
         ]
@@ -383,6 +493,8 @@ def rollout_audit(
     G: Any = (8, 16, 32),
     epsilons: Any = (0.1, 0.05, 0.01),
     extreme: float = 0.1,
+    *,
+    target: float = 0.95,
 ) -> RolloutAudit:
     """Audit a rollout log (:func:`sigma_ref.rollouts.read_rollouts`) at its logged ``G`` and target ``G``.
 
@@ -403,12 +515,14 @@ def rollout_audit(
     >>> [(r.G, r.plug_in, round(r.subsampled, 4), r.observed) for r in audit.silent]
     [(4, 0.5625, 0.5, 0.5), (2, 0.75, 0.6667, None)]
     """
-    from .difficulty import Method, mass_weight
+    from .difficulty import Method, fidelity, mass_weight
     from .difficulty import exact_group_size as _exact
     from .rollouts import subsampled_silent_rate
 
     if not 0 < extreme < 0.5:
         raise ValueError(f"extreme={extreme!r} must be in (0, 0.5), e.g. 0.1 for p <= 0.1 or p >= 0.9")
+    if not 0 < target < 1:
+        raise ValueError(f"target={target!r} must be in (0, 1), e.g. 0.95 to keep 95% of the large-G signal")
     p_all = rollouts.k / rollouts.n
     values, counts = np.unique(p_all, return_counts=True)
     logged = rollouts.logged_G
@@ -416,12 +530,26 @@ def rollout_audit(
     sizes = sorted(
         set(([logged] if logged and logged >= 2 else []) + targets), key=lambda g: (g != logged, g)
     )
+    from . import corpus_prior as cp
+
+    prior = cp.fit_prior(rollouts.n, rollouts.k)
+    n_all, k_all = rollouts.n, rollouts.k
     rows = []
     for g in sizes:
         plug = float((np.asarray(silent_group_rate(values, g)) * counts).sum() / counts.sum())
         covered = rollouts.n >= g
         sub = subsampled_silent_rate(rollouts.n[covered], rollouts.k[covered], g) if covered.any() else None
-        row = SilentRow(g, int(covered.sum()), plug, None if sub is None else float(sub.mean()))
+        model, model_sd = cp.posterior(n_all, k_all, g, cp.silent, prior)
+        row = SilentRow(
+            g,
+            int(covered.sum()),
+            plug,
+            None if sub is None else float(sub.mean()),
+            subsampled_se=None if sub is None else float(sub.std() / math.sqrt(sub.size)),
+            model=float(model.mean()),
+            model_sd=model_sd,
+            supported=bool(covered.all()),
+        )
         if g == logged:
             full = rollouts.group_n == g
             silent = (rollouts.group_k[full] == 0) | (rollouts.group_k[full] == g)
@@ -442,27 +570,26 @@ def rollout_audit(
             weights = np.asarray(mass_weight(values, method, logged))
             shares[f"{label} (G={logged})"] = _weighted_share(weights, counts, edge)
     live = (values > 0) & (values < 1)
+    eps_list = [float(e) for e in np.atleast_1d(np.asarray(epsilons, dtype=np.float64))]
+    m_q, m_grid, m_mass = cp.mixture_quantile(n_all, k_all, prior, [0.5, 0.1])
     size_rows = []
-    for eps in np.atleast_1d(np.asarray(epsilons, dtype=np.float64)):
-        if not live.any():
-            size_rows.append(SizeRow(float(eps), None, None, None, None))
-            continue
-        least = np.asarray(_exact(values[live], float(eps))).reshape(-1)
-        weights = counts[live]
-        order = np.argsort(least, kind="stable")
-        cumulative = np.cumsum(weights[order]) / weights.sum()
-
-        def quantile(
-            q: float,
-            least: np.ndarray = least,
-            order: np.ndarray = order,
-            cumulative: np.ndarray = cumulative,
-        ) -> int:
-            return int(least[order][np.searchsorted(cumulative, q)])
-
-        reached = float(weights[least <= logged].sum() / weights.sum()) if logged else None
-        size_rows.append(SizeRow(float(eps), quantile(0.5), quantile(0.9), int(least.max()), reached))
+    for eps in eps_list:
+        median, p90 = (int(x) if math.isfinite(x) else None for x in _exact_sizes(m_q, eps))
+        reached = None
+        if logged:
+            fid = np.asarray(fidelity(np.maximum(m_grid, 1e-300), logged))
+            reached = float(m_mass[fid >= 1 - eps].sum())
+        plug_median = plug_p90 = maximum = None
+        if live.any():
+            least = np.asarray(_exact(values[live], eps)).reshape(-1)
+            weights = counts[live]
+            order = np.argsort(least, kind="stable")
+            cumulative = np.cumsum(weights[order]) / weights.sum()
+            plug_median, plug_p90 = (int(least[order][np.searchsorted(cumulative, q)]) for q in (0.5, 0.9))
+            maximum = int(least.max())
+        size_rows.append(SizeRow(eps, median, p90, maximum, reached, plug_median, plug_p90))
     never = int(counts[~live].sum())
+    budget, recommended = _budget(rollouts, prior, sizes, target)
     return RolloutAudit(
         rollouts.path,
         int(rollouts.rows),
@@ -474,7 +601,77 @@ def rollout_audit(
         float(extreme),
         shares,
         tuple(size_rows),
+        (prior.a, prior.b),
+        never / int(rollouts.n.size),
+        budget,
+        recommended,
+        prior.at_bound,
     )
+
+
+#: The recommended G is searched up to this size.
+RECOMMEND_LIMIT = 4096
+
+
+def _budget(
+    rollouts: Any, prior: Any, sizes: Sequence[int], target: float
+) -> tuple[tuple[BudgetRow, ...], Recommendation]:
+    """The budget rows at ``sizes`` and the recommended G (least ``G`` with corpus fidelity ``>= target``).
+
+    Estimates of ``E[sigma_i](G)`` and the silent rate: unbiased (subsampled) where every prompt has
+    ``n >= G``, else empirical Bayes; the large-G signal ``mean E[sqrt(p (1-p))]`` by empirical Bayes
+    (no unbiased estimate exists). The corpus fidelity is increasing in ``G`` (each prompt's is),
+    so the least ``G`` is found by doubling, then bisection.
+    """
+    from . import corpus_prior as cp
+
+    n, k = rollouts.n, rollouts.k
+    limit_signal = float(cp.posterior_root(n, k, prior).mean())
+    smallest = int(n.min())
+
+    def estimate(g: int, h: Any) -> tuple[float, str]:
+        if g <= smallest:
+            return float(cp.unbiased(n, k, g, h).mean()), "subsampled"
+        return float(cp.posterior(n, k, g, h, prior, sd=False)[0].mean()), "empirical Bayes"
+
+    def corpus_fidelity(g: int) -> float:
+        return estimate(g, cp.signal)[0] / limit_signal
+
+    rows = []
+    for g in sorted(set(sizes)):
+        if g < 2:
+            continue
+        sigma, source = estimate(g, cp.signal)
+        quiet, _ = estimate(g, cp.silent)
+        groups = 1000 / g
+        rows.append(BudgetRow(g, groups, groups * (1 - quiet), groups * sigma, sigma / limit_signal, source))
+    lo, hi = 1, 2
+    while hi <= RECOMMEND_LIMIT and corpus_fidelity(hi) < target:
+        lo, hi = hi, 2 * hi
+    logged = rollouts.logged_G
+    at_logged = (
+        f"; at the logged G = {logged} it is {corpus_fidelity(logged):.3f}" if logged and logged >= 2 else ""
+    )
+    if hi > RECOMMEND_LIMIT:
+        reason = (
+            f"no G up to {RECOMMEND_LIMIT} keeps {target:.0%} of the large-G gradient signal "
+            f"(corpus fidelity {corpus_fidelity(RECOMMEND_LIMIT):.3f} at {RECOMMEND_LIMIT}){at_logged}"
+        )
+        return tuple(rows), Recommendation(None, target, RECOMMEND_LIMIT, reason)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if corpus_fidelity(mid) < target else (lo, mid)
+    sigma, source = estimate(hi, cp.signal)
+    quiet, _ = estimate(hi, cp.silent)
+    reason = (
+        f"G = {hi}, the least G whose expected update keeps {target:.0%} of the large-G gradient signal "
+        f"(corpus fidelity {sigma / limit_signal:.3f}, {source}){at_logged}. Per 1,000 rollouts at "
+        f"G = {hi}: {1000 / hi * (1 - quiet):.1f} non-silent groups, "
+        f"gradient signal {1000 / hi * sigma:.2f}. "
+        "A smaller G spends fewer rollouts a group, but its expected update keeps less of the "
+        "large-G signal, least on the hardest and easiest prompts."
+    )
+    return tuple(rows), Recommendation(hi, target, RECOMMEND_LIMIT, reason)
 
 
 # ---------------------------------------------------------------------------

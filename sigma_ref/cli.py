@@ -23,6 +23,10 @@ __all__ = ["main"]
 BAD_INPUT = 2
 #: Exit status when standard output's reader went away (128 + SIGPIPE, as a shell reports it).
 BROKEN_PIPE = 141
+#: Exit status when an optional dependency of the ``audit`` extra is not installed.
+MISSING_EXTRA = 3
+#: The modules of the ``audit`` extra (pyproject.toml).
+AUDIT_EXTRA = ("pyarrow", "matplotlib", "tqdm")
 
 _Number = TypeVar("_Number", int, float)
 
@@ -143,6 +147,7 @@ def _audit_rollouts(args: argparse.Namespace) -> int:
         G=args.G or (8, 16, 32),
         epsilons=args.epsilon or (0.1, 0.05, 0.01),
         extreme=args.extreme,
+        target=args.target,
     )
     if args.plot:
         from .plots import plot_rollouts
@@ -200,7 +205,11 @@ def _add_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="let --plot replace an existing file that is not a previous figure (never an input)",
     )
     g = p.add_argument_group("rollout logs")
-    g.add_argument("--rollouts", metavar="PATH", help="a rollout log: .parquet, .csv, .tsv or .jsonl")
+    g.add_argument(
+        "--rollouts",
+        metavar="PATH",
+        help="a rollout log (.parquet, .csv, .tsv or .jsonl), or a directory or quoted glob of such shards",
+    )
     g.add_argument(
         "--format",
         choices=("parquet", "csv", "tsv", "json"),
@@ -224,6 +233,13 @@ def _add_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         default=0.1,
         help="prompts with p <= X or p >= 1 - X count as extreme in the mass shares (default 0.1)",
+    )
+    g.add_argument(
+        "--target",
+        type=float,
+        default=0.95,
+        help="the recommended G is the least whose expected update keeps this share of the "
+        "large-G gradient signal (default 0.95)",
     )
     p.set_defaults(run=_audit)
 
@@ -392,6 +408,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         print(f"sigma-ref {args.command}: cannot write the output ({exc.strerror})", file=sys.stderr)
         return BAD_INPUT
+
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in AUDIT_EXTRA and "sigma-ref[audit]" not in str(exc):
+            raise
+        why = str(exc) if "sigma-ref[audit]" in str(exc) else f"no module {missing!r}"
+        print(
+            f"sigma-ref {args.command}: {why}; install the audit extra: pip install 'sigma-ref[audit]'",
+            file=sys.stderr,
+        )
+        return MISSING_EXTRA
 
 
 def _silence_stdout() -> None:

@@ -24,8 +24,12 @@ per ``p``. The window is cut into runs of at most 128 terms; each run starts fro
 Loader's saddle-point form (``stirlerr`` and ``bd0``, as R's ``dbinom``; no term overflows or
 loses digits at any ``G``) and walks by the exact ratio ``(G-k)/(k+1) * p/(1-p)``, vectorised
 over every run at once. The result is accurate to about ``1e-13`` relative (a few ``1e-15``
-typically) for every ``G`` up to ``2**40`` and ``p`` up to an ulp from 0 or 1 (tested against
-exact rationals and 50-digit mpmath sums in ``tests/``).
+typically; measured, not proved) for every ``G`` up to ``2**40`` and ``p`` up to an ulp from 0
+or 1 wherever it is a normal float (above ``2.2e-308``); a subnormal ``E[g]`` (``p`` below about
+``1e-300 / G``) carries the absolute error of subnormal rounding, up to ``2**-1075``.
+``fidelity`` takes its one-term limit ``sqrt((G-1) p)`` below ``p = 2**-600``, so it keeps
+``1e-13`` relative at every ``p`` down to ``5e-324`` (tested against exact rationals and
+50-digit mpmath sums in ``tests/``).
 
 All functions take a number, a sequence, a numpy array or a torch tensor for ``p``
 (and ``G``), broadcast them, and return the same kind (Python scalars for scalars).
@@ -506,10 +510,21 @@ def expected_gradient(p: Any, G: Any, method: Method = "grpo") -> Any:
     return back(_expected(pf, Gf, method).reshape(shape))
 
 
+_TINY_P = 2.0**-600  # below it fidelity is the k = 1 term, sqrt((G-1) p), to within 3 G p < 2**-558
+
+
 def _fidelity(pf: np.ndarray, Gf: np.ndarray) -> np.ndarray:
+    """``E[sqrt(k (G-k))] / (G sqrt(p (1-p)))``; below ``_TINY_P`` (where ``E[...]`` is subnormal and
+    has lost digits) the one-term form ``sqrt((G-1) p) (1-p)**(G-3/2)``: the terms ``k >= 2`` and the
+    power of ``1-p`` change it by less than ``3 G p`` relative (``proofs/04_expectations.py``), and
+    ``p 2**600`` is exact, so ``sqrt((G-1) (p 2**600)) 2**-300`` is within an ulp and a half."""
     root = np.sqrt(pf * (1 - pf))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(root > 0, _expected_root(pf, Gf) / Gf / np.where(root > 0, root, 1), 0.0)
+        out: np.ndarray = np.where(root > 0, _expected_root(pf, Gf) / Gf / np.where(root > 0, root, 1), 0.0)
+    tiny = (pf > 0) & (pf < _TINY_P)
+    if tiny.any():
+        out[tiny] = np.sqrt((Gf[tiny] - 1) * (pf[tiny] * 2.0**600)) * 2.0**-300
+    return out
 
 
 def fidelity(p: Any, G: Any) -> Any:
@@ -579,6 +594,72 @@ def _shortfall(p: np.ndarray, G: np.ndarray, eps: float) -> np.ndarray:
     return short
 
 
+#: ``_deficit`` is within ``1e-13`` relative of ``1 - phi`` (measured: ``tests/``); a deficit within
+#: ``_TIE`` (a thousand times that) of ``epsilon`` is a near-tie, decided by ``_short_certified``.
+_TIE = 1e-10
+#: Interval sums longer than this many terms (about 10 s) are not attempted: the float decision stands.
+_TIE_TERMS = 1 << 17
+_TIE_PRECISIONS = (128, 256, 512, 1024)  # bits: each round doubles until the interval excludes epsilon
+
+
+def _short_certified(p: float, G: int, eps: float) -> bool | None:
+    """Is ``1 - phi(p, G) > eps``? Decided in interval arithmetic (``mpmath.iv``), ``0 < p <= 1/2``.
+
+    ``phi = S / (G sqrt(p q))`` with ``S = sum_k t_k sqrt(k (G-k))`` and ``t_k`` the binomial pmf,
+    ``q = 1 - p`` exact. ``S`` is summed over a window ``[lo, hi]`` (every term for ``G <= 256``,
+    else ``_window`` widened by two terms a side, with ``L`` raised by ``prec log 2``, so that the
+    share of ``S`` left out is below ``_TAIL 2**-prec / 2``, ``proofs/04_expectations.py``): the
+    anchor ``t_lo`` from ``loggamma`` and logs, then the exact ratio, every operation an interval
+    that contains its exact value. The left-out share widens the interval's upper end. If the
+    interval for ``1 - phi`` lies on one side of ``eps`` that side is the answer; otherwise the
+    precision doubles (128 to 1024 bits). ``None`` when the window has more than ``_TIE_TERMS``
+    terms; ``False`` (reached) when ``1 - phi`` and ``eps`` agree to 1024 bits (a tie, which
+    ``>=`` counts as reached).
+
+    >>> _short_certified(0.5, 2, 0.5), _short_certified(0.5, 2, 0.49)  # phi(1/2, 2) = 1/2
+    (False, True)
+    """
+    from mpmath import iv
+
+    if G <= 2 * _SEGMENT:
+        lo, hi = 1, G - 1
+    else:
+        arrays = (np.array([p]), np.array([1.0 - p]), np.array([float(G)]))
+        lo_a, hi_a = _window(*arrays, np.array([_TIE_PRECISIONS[-1] * math.log(2)]))
+        lo, hi = max(1, int(lo_a[0]) - 2), min(G - 1, int(hi_a[0]) + 2)
+    if hi - lo + 1 > _TIE_TERMS:
+        return None
+    saved = iv.prec
+    try:
+        for prec in _TIE_PRECISIONS:
+            iv.prec = prec + 32
+            mp_p = iv.mpf(p)
+            mp_q = 1 - mp_p
+            log_anchor = (
+                iv.loggamma(G + 1)
+                - iv.loggamma(lo + 1)
+                - iv.loggamma(G - lo + 1)
+                + lo * iv.log(mp_p)
+                + (G - lo) * iv.log(mp_q)
+            )
+            term = iv.exp(log_anchor)
+            odds = mp_p / mp_q
+            total = term * iv.sqrt(iv.mpf(lo * (G - lo)))
+            for k in range(lo, hi):
+                term = term * odds * (G - k) / (k + 1)
+                total += term * iv.sqrt(iv.mpf((k + 1) * (G - k - 1)))
+            outside = 0 if (lo, hi) == (1, G - 1) else iv.mpf(_TAIL) * iv.mpf(2) ** (-prec)
+            total_range = iv.mpf([total.a, (total / (1 - outside)).b])  # S <= S_window / (1 - share)
+            short = 1 - total_range / (G * iv.sqrt(mp_p * mp_q))
+            if short.a > eps:
+                return True
+            if short.b <= eps:
+                return False
+        return False
+    finally:
+        iv.prec = saved
+
+
 def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     """Least ``G >= 2`` with ``fidelity(p, G) >= 1 - epsilon``.
 
@@ -590,6 +671,13 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
     (``8 G p (1-p) + O(1)``), so a secant on it, started at the expansion's second order and kept
     inside a bracket, lands on the answer in a step or two; bisection takes over after twelve
     rounds. All prompts at once, each distinct ``min(p, 1 - p)`` once (the fidelity is symmetric).
+
+    Near-ties are decided exactly: where the float deficit is within ``_TIE = 1e-10`` relative of
+    ``epsilon`` (a thousand times its measured ``1e-13`` error), ``_short_certified`` sums the deficit
+    in interval arithmetic (128 to 1024 bits) until the interval excludes ``epsilon``; a deficit
+    equal to ``epsilon`` to 1024 bits counts as reached. Limit: an interval sum of more than
+    ``_TIE_TERMS`` terms (``G p (1-p)`` above about ``10**6``) is not attempted, and there the float
+    deficit decides (right wherever the tie is farther than ``1e-13`` relative).
 
     >>> exact_group_size(0.5), exact_group_size(0.03)
     (11, 113)
@@ -621,6 +709,10 @@ def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
             )
         short = _shortfall(half[active], g, eps)
         ok = short <= eps
+        for i in np.flatnonzero(np.abs(short - eps) <= _TIE * eps).tolist():  # near-ties: decide exactly
+            verdict = _short_certified(float(half[active[i]]), int(g[i]), eps)
+            if verdict is not None:
+                ok[i] = not verdict
         hi[active] = np.where(ok, g, hi[active])
         lo[active] = np.where(ok, lo[active], g)
         psi = 1 / short

@@ -4,9 +4,11 @@ Every figure is ``FIGSIZE`` inches at ``DPI`` (``PNG_SIZE`` pixels as PNG); the 
 follows the file name (``.png`` or ``.svg``).
 
 * :func:`plot_pass_rates` and :func:`plot_rollouts`: the silent-group rate against ``G``
-  (closed form ``mean p**G + (1-p)**G``; for a log also the unbiased subsampled estimate
-  and the observed fraction at the logged ``G``, which is marked), the histogram of the
-  pass rates, and the fidelity against ``G`` for a few ``p``.
+  (closed form ``mean p**G + (1-p)**G``; for a log also the unbiased subsampled estimate up to
+  the fewest rollouts a prompt has, the empirical-Bayes estimate, the range beyond the log
+  shaded, and the observed fraction at the logged ``G``, which is marked), the pass rates (one
+  bar per distinct value where they are few, as a log's ``k/n`` are), and the fidelity against
+  ``G`` at the 10%, 50% and 90% quantiles of the corpus's own ``min(p, 1-p)``.
 * :func:`plot_experiment`: the controlled experiment's measured silent fraction per step
   against the forecast.
 """
@@ -24,14 +26,13 @@ __all__ = ["FIGSIZE", "DPI", "PNG_SIZE", "plot_kind", "plot_pass_rates", "plot_r
 FIGSIZE = (13.0, 3.8)
 DPI = 100
 PNG_SIZE = (1300, 380)
-FIDELITY_P = (0.5, 0.3, 0.1, 0.05, 0.01)
 
 
 def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - the audit extra is installed in tests
-        raise ImportError("--plot needs matplotlib: pip install 'sigma-ref[audit]'") from None
+        raise ImportError("--plot needs matplotlib", name="matplotlib") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -65,22 +66,42 @@ def _sizes(top: int) -> np.ndarray:
     return np.unique(np.round(np.geomspace(2, max(top, 4), 40)).astype(int))
 
 
-def _fidelity_panel(ax: Any, logged: int | None) -> None:
+#: Quantiles of the distance ``min(p, 1-p)`` from the edge drawn in the fidelity panel.
+FIDELITY_QUANTILES = (0.1, 0.5, 0.9)
+
+
+def _fidelity_panel(ax: Any, logged: int | None, edge_distance: np.ndarray, source: str) -> None:
+    """Fidelity against ``G`` at the corpus's own ``min(p, 1-p)``: ``edge_distance[i]`` is the value
+    with a share ``FIDELITY_QUANTILES[i]`` of the prompts at or above it (so that share of the prompts
+    has a fidelity at least the curve's, the fidelity being increasing in ``min(p, 1-p)``)."""
     from .difficulty import fidelity
 
     Gs = _sizes(512)
-    for p in FIDELITY_P:
-        ax.plot(Gs, np.asarray(fidelity(p, Gs)), label=f"p = {p:g}")
+    for share, m in zip(FIDELITY_QUANTILES, edge_distance, strict=True):
+        if 0 < m <= 0.5:
+            ax.plot(
+                Gs,
+                np.asarray(fidelity(float(m), Gs)),
+                label=f"p = {m:.3g}: {share:.0%} of prompts at or above",
+            )
     if logged:
         ax.axvline(logged, color="grey", ls=":", lw=1)
     ax.set(xscale="log", xlabel="group size G", ylabel="fidelity E[g] / sqrt(p(1-p))", title="Fidelity")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, title=f"min(p, 1-p) of the corpus ({source})", title_fontsize=7)
 
 
 def _hist_panel(ax: Any, p: np.ndarray) -> None:
-    ax.hist(p, bins=np.linspace(0, 1, 41), color="tab:blue")
+    """The pass rates: one bar per distinct value where there are at most 101 (a log's ``k/n`` take
+    ``n + 1`` values: equal-width bins would alias into a comb), else 40 equal bins."""
+    values, counts = np.unique(p, return_counts=True)
+    if values.size <= 101:
+        gap = float(np.diff(values).min()) if values.size > 1 else 0.02
+        ax.bar(values, counts, width=0.8 * min(gap, 0.05), color="tab:blue")
+    else:
+        ax.hist(p, bins=np.linspace(0, 1, 41), color="tab:blue")
     ax.set(xlabel="pass rate p", ylabel="prompts", title=f"Pass rates ({p.size:,} prompts)")
+    ax.set_xlim(-0.03, 1.03)
 
 
 def _silent_closed(p: np.ndarray, Gs: np.ndarray) -> npt.NDArray[np.float64]:
@@ -104,13 +125,17 @@ def plot_pass_rates(p: Any, G: int, path: str) -> None:
     axes[0].set_ylim(0, 1)
     axes[0].legend(fontsize=7)
     _hist_panel(axes[1], p)
-    _fidelity_panel(axes[2], G)
+    m = np.minimum(p, 1 - p)
+    _fidelity_panel(axes[2], G, np.quantile(m, [1 - q for q in FIDELITY_QUANTILES]), "the given rates")
     fig.tight_layout()
     _save(fig, path)
 
 
 def plot_rollouts(log: Any, result: Any, path: str) -> None:
-    """The audit's figure for a rollout log (:func:`sigma_ref.rollouts.read_rollouts`)."""
+    """The audit's figure for a rollout log (:func:`sigma_ref.rollouts.read_rollouts`): the silent
+    rate three ways with the range the log cannot support shaded, the pass rates, the fidelity
+    at the corpus's own quantiles."""
+    from . import corpus_prior as cp
     from .rollouts import subsampled_silent_rate
 
     plt = _pyplot()
@@ -118,10 +143,22 @@ def plot_rollouts(log: Any, result: Any, path: str) -> None:
     p = log.k / log.n
     Gs = _sizes(max(256, int(log.n.max())))
     ax = axes[0]
-    ax.plot(Gs, _silent_closed(p, Gs), label="plug-in p^G + (1-p)^G, p = k/n")
-    sub_G = Gs[Gs <= log.n.max()]
-    sub = [np.nanmean(subsampled_silent_rate(log.n[log.n >= g], log.k[log.n >= g], int(g))) for g in sub_G]
-    ax.plot(sub_G, sub, "--", label="subsampled (C(k,G)+C(n-k,G))/C(n,G)")
+    ax.plot(Gs, _silent_closed(p, Gs), ":", color="tab:grey", label="plug-in p^G + (1-p)^G, p = k/n (biased)")
+    supported = int(log.n.min())
+    sub_G = Gs[Gs <= supported]
+    sub = [float(np.mean(subsampled_silent_rate(log.n, log.k, int(g)))) for g in sub_G]
+    ax.plot(sub_G, sub, "-", color="tab:blue", label="subsampled (C(k,G)+C(n-k,G))/C(n,G), unbiased")
+    prior = cp.BetaPrior(result.prior[0], result.prior[1], int(log.n.size))
+    model_G = Gs[Gs <= 1024]
+    model = [float(cp.posterior(log.n, log.k, int(g), cp.silent, prior, sd=False)[0].mean()) for g in model_G]
+    ax.plot(model_G, model, "--", color="tab:orange", label="empirical Bayes (fitted Beta)")
+    ax.axvspan(
+        supported,
+        float(Gs.max()),
+        color="tab:orange",
+        alpha=0.08,
+        label=f"beyond the log (G > n = {supported})",
+    )
     logged = result.logged_G
     row = next((r for r in result.silent if r.G == logged and r.observed is not None), None)
     if row is not None:
@@ -134,7 +171,8 @@ def plot_rollouts(log: Any, result: Any, path: str) -> None:
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
     _hist_panel(axes[1], p)
-    _fidelity_panel(axes[2], logged)
+    edge, _, _ = cp.mixture_quantile(log.n, log.k, prior, [1 - q for q in FIDELITY_QUANTILES])
+    _fidelity_panel(axes[2], logged, edge, "posterior mixture")
     fig.tight_layout()
     _save(fig, path)
 
@@ -145,7 +183,7 @@ def plot_experiment(experiment: Any, path: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=FIGSIZE, gridspec_kw={"width_ratios": [2, 1]})
     steps = np.arange(experiment.steps)
     axes[0].plot(steps, experiment.measured, ".", ms=4, label="measured (silent groups / prompts)")
-    axes[0].plot(steps, experiment.forecast, "-", label="forecast sum_x p_x^G + (1-p_x)^G")
+    axes[0].plot(steps, experiment.forecast, "-", label="forecast mean_x p_x^G + (1-p_x)^G")
     axes[0].set(
         xlabel="GRPO step",
         ylabel="silent fraction",

@@ -169,7 +169,7 @@ def report(cells: list[TableCell], experiment: Experiment) -> str:
         f"(theta ~ N({THETA_MEAN:g}, {THETA_SD:g}^2), lr={LR:g}, seed {e.seed}); mean p {e.mean_p[0]:.3f} -> "
         f"{e.mean_p[1]:.3f}",
         f"Silent fraction per step: measured {e.measured.min():.3f}..{e.measured.max():.3f}, forecast "
-        f"sum_x p_x^G + (1-p_x)^G; R^2 = {e.r_squared:.4f} (paper: 0.999), max |measured - forecast| = "
+        f"mean_x p_x^G + (1-p_x)^G; R^2 = {e.r_squared:.4f} (paper: 0.999), max |measured - forecast| = "
         f"{np.abs(e.measured - e.forecast).max():.4f}",
         f"Gradient-mass share of extreme prompts (p <= {EXTREME:g} or p >= {1 - EXTREME:g}):",
     ]

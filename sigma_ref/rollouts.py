@@ -130,7 +130,7 @@ def _pyarrow() -> Any:
     try:
         import pyarrow
     except ImportError:  # pragma: no cover - the audit extra is installed in tests
-        raise ImportError("reading rollout logs needs pyarrow: pip install 'sigma-ref[audit]'") from None
+        raise ImportError("reading rollout logs needs pyarrow", name="pyarrow") from None
     return pyarrow
 
 
@@ -375,7 +375,8 @@ def read_rollouts(
 ) -> Rollouts:
     """Read a rollout log and reduce it to per-prompt ``(n, k)`` and its groups.
 
-    One row per rollout. ``prompt_col`` identifies the prompt (any type), ``reward_col``
+    ``path`` is one file, or a directory or glob of shards (:mod:`sigma_ref.shards`, reduced as
+    they stream). One row per rollout. ``prompt_col`` identifies the prompt (any type), ``reward_col``
     holds the reward: booleans, or numbers that are all 0 or 1 (binary), or any numbers
     with ``correct_threshold`` (a rollout is correct when ``reward > correct_threshold``).
     Groups: rows sharing ``(prompt, group_col)`` when ``group_col`` is given; otherwise
@@ -395,6 +396,18 @@ def read_rollouts(
         raise ValueError(
             f"correct_threshold={correct_threshold!r} must be a finite number (a rollout is correct "
             "when its reward is > T), e.g. 0.5"
+        )
+    from . import shards
+
+    if shards.is_shards(path):  # a directory or a glob: streamed shard by shard
+        return shards.read_rollout_shards(
+            path,
+            prompt_col=prompt_col,
+            reward_col=reward_col,
+            group_col=group_col,
+            correct_threshold=correct_threshold,
+            consecutive_groups=consecutive_groups,
+            fmt=fmt,
         )
     fmt = _format_of(path, fmt)
     columns = [prompt_col, reward_col] + ([group_col] if group_col else [])
