@@ -66,9 +66,9 @@ __all__ = [
 ]
 
 #: Adapter modules of ``sigma_ref.spec.adapters``, in the matrix's order.
-PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf", "swift", "skyrl", "unsloth")
+PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf", "areal", "swift", "skyrl", "unsloth")
 #: Distributions whose versions the matrix reports.
-VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf", "ms-swift", "skyrl", "unsloth-zoo")
+VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf", "areal", "ms-swift", "skyrl", "unsloth-zoo")
 _PROFILE = "sigma-ref-matrix"
 #: The scale-out column's data-parallel ranks W and micro-batches per rank M.
 SCALEOUT_WORLD_SIZE, SCALEOUT_MICRO_BATCHES = 2, 2
