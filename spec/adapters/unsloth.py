@@ -14,7 +14,8 @@ computed by TRL's own code, as in Unsloth's trainer); options as rows ``loss[<ty
 ``loss[dapo, vllm <mode>]``: ``use_vllm`` with ``vllm_importance_sampling_correction`` on the
 rollout's log-probs, the ratio computed inside ``grpo_compute_loss`` (``clip_max`` 3).
 
-``UNSLOTH_IS_PRESENT=1`` is set before the import, as ``unsloth`` sets it for ``unsloth_zoo``.
+``UNSLOTH_IS_PRESENT=1`` is set before the import, as ``unsloth`` sets it for ``unsloth_zoo``, and
+``UNSLOTH_COMPILE_LOCATION`` points to the temporary directory (else ``./unsloth_compiled_cache``).
 
 >>> sorted(ADAPTERS)[:2]
 ['loss[bnpo]', 'loss[cispo, epsilon_high=5]']
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 import types
 from collections.abc import Callable
 from typing import Any
@@ -72,6 +74,10 @@ def _compute_loss() -> Any:
     """``unsloth_zoo.rl_replacements.grpo_compute_loss`` (imports unsloth_zoo on first use)."""
     PEER.require()
     os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
+    # unsloth_zoo writes generated sources to ./unsloth_compiled_cache unless told otherwise
+    os.environ.setdefault(
+        "UNSLOTH_COMPILE_LOCATION", os.path.join(tempfile.gettempdir(), "sigma-ref-unsloth")
+    )
     from unsloth_zoo.rl_replacements import grpo_compute_loss
 
     return grpo_compute_loss
