@@ -212,10 +212,9 @@ def _ppo(loss_type: str, **kw: Any) -> Objective:
     return Objective("ppo", eps_low=_EPS, eps_high=kw.pop("eps_high", _EPS), aggregation=loss_type, **kw)
 
 
-#: The objective each loss type computes with the defaults, where the oracle has it (as TRL's).
-OBJECTIVES: dict[str, Objective | None] = {
-    t: (_ppo(t) if t in ("dapo", "grpo", "bnpo", "dr_grpo", "luspo") else None) for t in LOSS_TYPES
-}
+#: The objective each loss type computes with TRL's defaults (which Unsloth's trainer passes), where
+#: the oracle has it: TRL's table.
+OBJECTIVES: dict[str, Objective | None] = {t: _trl.OBJECTIVES.get(t) for t in LOSS_TYPES}
 
 
 def _group_advantages() -> Callable[..., Any]:
