@@ -196,16 +196,15 @@ NOTES: dict[str, str] = {
     "mean_level/std_level to group.",
 }
 
-_NOT_SCALED = (
-    "not modelled: ppo_actor_loss_fn divides by the local token count and AReaL's engine rescales "
-    "each micro-batch by loss_weight_fn over the global count, outside this function"
-)
+#: Why no level-5 cell: ``ppo_actor_loss_fn`` divides by the local token count and AReaL's engine
+#: rescales each micro-batch by ``loss_weight_fn`` over the global count, outside this function.
+_NOT_SCALED = "micro-batch weights set by AReaL's engine (loss_weight_fn); not modelled"
 #: Every ``reward_norm`` row: the deviation ``partial_trailing_group`` finds (a real one).
 TRAILING = (
     "Deviation: with N not a multiple of group_size, Normalization loops over bs // group_size groups "
     "and leaves the trailing responses at mean 0 and std 0; input: rewards [1, 0, 0, 0, 1], group_size "
     "4: the fifth gets 1/(0 + 1e-5) = 100000.0 ([group]; R itself with std=None) instead of an error or "
-    "a group of its own (NormConfig documents group_size as the size of every group)."
+    'a group of its own (NormConfig.group_size: "Group size for group-level normalization").'
 )
 NOTES.update({mode: f"{NOTES[mode]} {TRAILING}" if mode in NOTES else TRAILING for mode in NORM_CONFIGS})
 

@@ -279,15 +279,19 @@ NOTES: dict[str, str] = {
     "maxrl": "Outside the presets: MaxRL, (R - mean_g) / (mean_g + 1e-6) (a group of one keeps R - 0).",
 }
 
-_NOT_SCALED = (
-    "not modelled: SkyRL pre-scales the advantages on the driver's whole mini-batch and sums the "
-    "loss on each worker; the gradient reduction across workers is in its FSDP/Megatron strategy, "
-    "which is not driven here"
-)
+#: Why no level-5 cell: SkyRL pre-scales the advantages on the driver's whole mini-batch (its token
+#: or sequence counts) and each worker multiplies its summed loss by dp_size before DP averages
+#: (``worker.py``, ``grad_sum_correction_factor``); the pre-scaling needs the whole mini-batch's
+#: mask, which the level-5 harness does not give a rank's loss.
+_NOT_SCALED = "advantages pre-scaled on the driver's whole mini-batch; not modelled"
 #: The level-5 column: every loss row's reason (see ``_NOT_SCALED``).
 SCALEOUT: dict[str, str] = {mode: _NOT_SCALED for mode, a in ADAPTERS.items() if a.loss is not None}
 
 NOT_APPLICABLE: dict[str, str] = {
+    "kl_loss": "the KL loss (use_kl_loss, on by default: k3, kl_loss_coef 0.001) is added in the worker "
+    "(worker.py: masked_mean(compute_approx_kl(...), loss_mask, dim=-1).mean(), a per-sequence token "
+    "mean whatever loss_reduction is), not in a function of ppo_utils that can be called with the "
+    "policy loss",
     "loss[prompt_mean]": "loss_reduction=prompt_mean needs the prompt boundaries of the mini-batch, "
     "which the suite's loss(logp, old_logp, advantages, mask) is not given",
     "reinforce++": "advantage_estimator=reinforce++ whitens the discounted returns over every token of "
