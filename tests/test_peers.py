@@ -8,6 +8,7 @@ the seed post's adapters always run.
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 import sys
@@ -38,11 +39,21 @@ RAGGED = Batch(np.array([1.0, 0.0, 0.7, 1.0, 0.0, 0.3, 0.0]), np.array([0, 1, 0,
 
 
 def _module(name: str):
+    """The adapter module, its peer imported (outside any per-call time limit of the suite: an import
+    cut short by the limit on a loaded machine leaves torch._dynamo half set up for every peer)."""
     module = adapter_module(name)
     reason = module.unavailable()
     if reason is not None:
         pytest.skip(reason)
+    _warm_up(name)
     return module
+
+
+@functools.cache
+def _warm_up(name: str) -> None:
+    first = next(iter(adapter_module(name).ADAPTERS.values()), None)
+    if first is not None:
+        first(Batch.grouped([[1.0, 0.0, 0.0, 0.0]]))
 
 
 def _all_adapters() -> list:

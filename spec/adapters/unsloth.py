@@ -218,13 +218,28 @@ OBJECTIVES: dict[str, Objective | None] = {t: _trl.OBJECTIVES.get(t) for t in LO
 
 
 def _group_advantages() -> Callable[..., Any]:
-    """TRL's group advantage (``scale_rewards="group"``), which Unsloth's trainer inherits."""
-    return _trl.ADAPTERS["group"].advantages
+    """TRL's group advantage (``scale_rewards="group"``), which Unsloth's trainer inherits.
+
+    Its first call also imports ``unsloth_zoo`` (seconds), so that the matrix's warm-up, which
+    calls a row's advantages once outside the suite's per-call time limit, imports it there and
+    not inside a timed loss call (an import cut short by the limit leaves torch._dynamo half set up).
+    """
+    trl_group = _trl.ADAPTERS["group"].advantages
+
+    def advantages(rewards: torch.Tensor, group_size: int) -> Any:
+        _compute_loss()
+        return trl_group(rewards, group_size)
+
+    advantages.__name__ = getattr(trl_group, "__name__", "trl_group_advantages")
+    return advantages
+
+
+_GROUP = _group_advantages()
 
 
 def _adapter(name: str, loss: Callable[..., Any], loss_type: str, objective: Objective | None) -> Adapter:
     return Adapter(
-        _group_advantages(),
+        _GROUP,
         "contiguous",
         loss=loss,
         convention="trl",
