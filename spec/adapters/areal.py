@@ -22,7 +22,10 @@ mask: one reward per response), one per documented setting of ``NormConfig`` (de
 Loss: ``ppo_actor_loss_fn(logprobs, proximal_logprobs, old_logprobs, advantages, eps_clip, loss_mask,
 ...)`` with per-token advantages, the proximal and behaviour log-probs both ``old_logp`` (no decoupled
 loss) and a boolean mask: the sum over valid tokens divided by their count (token-mean). The
-clip defaults of ``PPOActorConfig``: ``eps_clip`` 0.2, ``eps_clip_higher`` and ``c_clip`` None.
+clip defaults of ``PPOActorConfig``: ``eps_clip`` 0.2, ``eps_clip_higher`` and ``c_clip`` None. Rows
+``policy[...]``: ``eps_clip_higher``, ``c_clip``, ``importance_sampling_level="sequence"`` (GSPO) and
+``rejection_sampling`` at token level on the ratio of the trainer's (proximal) to the rollout's
+(behaviour) log-probs, ``action`` ``clamp`` (truncate the weight at 2) or ``mask`` (drop the token).
 
 >>> sorted(ADAPTERS)[:2]
 ['policy[c_clip=3]', 'policy[eps_clip_higher=0.28]']
@@ -68,18 +71,19 @@ def unavailable() -> str | None:
 
 @lazy
 def _areal() -> Any:
-    """``(Normalization, NormConfig, ppo_actor_loss_fn)`` (imports areal on first use)."""
+    """``(Normalization, NormConfig, ppo_actor_loss_fn, RejectionSamplingConfig)`` (imports areal on
+    first use)."""
     PEER.require()
-    from areal.api.cli_args import NormConfig
+    from areal.api.cli_args import NormConfig, RejectionSamplingConfig
     from areal.utils.data import Normalization
     from areal.utils.functional.functional import ppo_actor_loss_fn
 
-    return Normalization, NormConfig, ppo_actor_loss_fn
+    return Normalization, NormConfig, ppo_actor_loss_fn, RejectionSamplingConfig
 
 
 def _norm(options: dict[str, Any]) -> Callable[[torch.Tensor, int], torch.Tensor]:
     def advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-        normalization, norm_config, _loss = _areal()
+        normalization, norm_config, _loss, _rejection = _areal()
         out: torch.Tensor = normalization(norm_config(group_size=group_size, **options))(rewards)
         return out
 
@@ -93,20 +97,52 @@ def _loss(**options: Any) -> Callable[..., torch.Tensor]:
     def loss(
         logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
-        fn = _areal()[2]
-        out, _stat = fn(
-            logprobs=logp,
-            proximal_logprobs=old_logp,
-            old_logprobs=old_logp,
-            advantages=per_token(advantages, mask),
-            eps_clip=_EPS,
-            loss_mask=mask.bool(),
-            **options,
-        )
-        result: torch.Tensor = out
-        return result
+        return _call(logp, old_logp, old_logp, advantages, mask, options)
 
     loss.__name__ = "areal_ppo_actor_loss_fn[" + ", ".join(f"{k}={v}" for k, v in options.items()) + "]"
+    return loss
+
+
+def _call(
+    logp: torch.Tensor,
+    proximal: torch.Tensor,
+    behaviour: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    options: dict[str, Any],
+) -> torch.Tensor:
+    fn = _areal()[2]
+    out, _stat = fn(
+        logprobs=logp,
+        proximal_logprobs=proximal,
+        old_logprobs=behaviour,
+        advantages=per_token(advantages, mask),
+        eps_clip=_EPS,
+        loss_mask=mask.bool(),
+        **options,
+    )
+    result: torch.Tensor = out
+    return result
+
+
+def _rejection_loss(action: str, upper: float) -> Callable[..., torch.Tensor]:
+    """``ppo_actor_loss_fn`` with ``rejection_sampling=RejectionSamplingConfig(level="token",
+    action=action, metric="ratio", upper=upper)``: the behaviour policy is the rollout's (the
+    inference engine's log-probs), the proximal one the trainer's ``old_logp``."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        rollout_logp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        rejection_config = _areal()[3]
+        config = rejection_config(level="token", action=action, metric="ratio", upper=upper)
+        behaviour = old_logp if rollout_logp is None else rollout_logp
+        return _call(logp, old_logp, behaviour, advantages, mask, {"rejection_sampling": config})
+
+    loss.__name__ = f"areal_ppo_actor_loss_fn[rejection_sampling token {action} ratio <= {upper:g}]"
     return loss
 
 
@@ -163,6 +199,24 @@ POLICIES: dict[str, tuple[dict[str, Any], Objective]] = {
     ),
 }
 _GROUP = ADAPTERS["reward_norm[group, std=None]"].advantages
+#: Rejection sampling (``PPOActorConfig.rejection_sampling``, token level, ratio metric, threshold 2):
+#: ``clamp`` truncates the behaviour importance weight at ``upper``, ``mask`` drops tokens above it.
+REJECTION_UPPER = 2.0
+_REJECTION: dict[str, tuple[str, Objective]] = {
+    f"policy[rejection_sampling token {action} {REJECTION_UPPER:g}]": (
+        action,
+        Objective(
+            "ppo",
+            eps_low=_EPS,
+            eps_high=_EPS,
+            aggregation="token-mean",
+            tis_cap=REJECTION_UPPER,
+            tis_level="token",
+            tis_mode="truncate" if action == "clamp" else "mask",
+        ),
+    )
+    for action in ("clamp", "mask")
+}
 ADAPTERS.update(
     {
         mode: Adapter(
@@ -177,9 +231,23 @@ ADAPTERS.update(
         for mode, (options, objective) in POLICIES.items()
     }
 )
+ADAPTERS.update(
+    {
+        mode: Adapter(
+            _GROUP,
+            "contiguous",
+            loss=_rejection_loss(action, REJECTION_UPPER),
+            convention="dr_grpo",
+            name=f"areal reward_norm[group, std=None] + ppo_actor_loss_fn({mode[7:-1]})",
+            aggregation="token-mean",
+            objective=objective,
+        )
+        for mode, (action, objective) in _REJECTION.items()
+    }
+)
 _LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
 #: The loss options share a ``reward_norm`` row's advantage: the matrix runs their loss properties only.
-LOSS_ONLY: dict[str, tuple[str, ...]] = {mode: _LOSS_PROPERTIES for mode in POLICIES}
+LOSS_ONLY: dict[str, tuple[str, ...]] = {mode: _LOSS_PROPERTIES for mode in [*POLICIES, *_REJECTION]}
 
 #: What the settings outside the presets compute (the lead names them as conventions at merge).
 NOTES: dict[str, str] = {
