@@ -17,7 +17,10 @@
 #   --no-deps, then the light modules their imports need. ms-swift's loss needs trl<1.0 and cannot
 #   live beside TRL 1.16: only its advantage functions are driven (spec/adapters/swift.py).
 # Measured on 2 cores with a warm pip cache: about 80 s, about 1 GB (ray 240 MB, pyarrow 170 MB)
-# for the first three; the other four add about 30 s and 150 MB.
+# for the first three. The other four add about 410 MB in the venv (unsloth, numba/llvmlite,
+# modelscope, areal, ms-swift); their lines took 11 s (the five --no-deps wheels) and 8 s (the
+# SkyRL / ms-swift line) on a quiet machine, the AReaL line was installed a package at a time and
+# not timed as one; a re-run with everything present takes 2 s a line.
 set -euo pipefail
 PIP=${1:?usage: $0 VENV/bin/pip}
 PY="$(dirname "$PIP")/python"
