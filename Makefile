@@ -54,9 +54,10 @@ readme: install
 proofs: install
 	$(PY) proofs/build.py
 
-# make peers: install TRL, verl and OpenRLHF (CPU, ~1 GB) for the adapters in spec/adapters
-# and `sigma-ref matrix`; the main install stays light. `make test-all` (what CI runs) installs
-# them, so the README's peer matrix is regenerated from the named versions and checked.
+# make peers: install TRL, verl, OpenRLHF, AReaL, ms-swift, SkyRL and Unsloth (CPU, ~1.2 GB) for
+# the adapters in spec/adapters and `sigma-ref matrix`; the main install stays light. `make test-all`
+# (what CI runs) installs them, so docs/matrix.md is regenerated from the named
+# versions and checked. `make readme` rewrites the generated blocks of README.md and docs/matrix.md.
 PEERS_STAMP := $(VENV)/.sigma-ref-peers-installed
 .PHONY: peers
 peers: $(PEERS_STAMP)

@@ -1,13 +1,14 @@
 """The README's generated blocks: every table or output it shows is produced by a command.
 
-A block is written in the README as::
+The same holds for the documents in :data:`DOCUMENTS` (the README and ``docs/matrix.md``, the full
+peer matrix). A block is written as::
 
     <!-- generated: sigma-ref audit 0.5 --G 8 -->
     ...the command's output...
     <!-- end generated -->
 
 ``python tests/readme_blocks.py --write`` (``make readme``) re-runs every command and
-rewrites the blocks; ``tests/test_readme.py`` fails when a block is stale. Output of a
+rewrites the blocks of every document; ``tests/test_readme.py`` fails when a block is stale. Output of a
 command given ``--markdown`` is pasted as is; any other is fenced as text. Durations
 ("6.9 s", "in 2.76s") are the only part compared loosely (:func:`normalise`).
 """
@@ -24,6 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+MATRIX = ROOT / "docs" / "matrix.md"
+#: The documents with generated blocks: the README and the full peer matrix.
+DOCUMENTS: tuple[Path, ...] = (README, MATRIX)
 BLOCK = re.compile(r"(<!-- generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
@@ -38,7 +42,8 @@ def run(command: str) -> str:
         argv[0] = str(Path(sys.executable).parent / "sigma-ref")
     elif argv[0] == "python":
         argv[0] = sys.executable
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    # 900 s: the peer matrix (seven trainers) takes about 4 CPU-minutes; a loaded runner needs margin
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     return done.stdout
 
 
@@ -75,15 +80,17 @@ def blocks(text: str) -> list[tuple[str, str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--write", action="store_true", help="rewrite README.md in place")
+    parser.add_argument("--write", action="store_true", help="rewrite README.md and docs/matrix.md in place")
     parser.add_argument("--only", metavar="TEXT", help="re-run only the blocks whose command contains TEXT")
     args = parser.parse_args()
-    text = README.read_text(encoding="utf-8")
-    new = refresh(text, args.only)
-    if args.write:
-        README.write_text(new, encoding="utf-8")
-        return 0
-    return 0 if new == text else 1
+    stale = 0
+    for path in DOCUMENTS:
+        text = path.read_text(encoding="utf-8")
+        new = refresh(text, args.only)
+        if args.write:
+            path.write_text(new, encoding="utf-8")
+        stale += new != text
+    return 0 if args.write or not stale else 1
 
 
 if __name__ == "__main__":

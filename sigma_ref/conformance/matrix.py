@@ -1,7 +1,7 @@
 """The peer matrix: the conformance suite run on every adapter of ``sigma_ref.spec.adapters``.
 
 ``sigma-ref matrix [--markdown] [--json out.json]`` imports the adapter modules (the
-seed post, TRL, verl, OpenRLHF), runs every property of
+seed post, TRL, verl, OpenRLHF, AReaL, ms-swift, SkyRL, Unsloth), runs every property of
 the suite (``spec/test_<level>.py``) on every mode of every installed peer (the
 mode's declared convention is what it is checked against; the detected one is shown
 beside it) and prints one row per implementation and mode, one column per level of
@@ -69,9 +69,19 @@ __all__ = [
 ]
 
 #: Adapter modules of ``sigma_ref.spec.adapters``, in the matrix's order.
-PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf")
+PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf", "areal", "swift", "skyrl", "unsloth")
 #: Distributions whose versions the matrix reports.
-VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf")
+VERSIONED: tuple[str, ...] = (
+    "sigma-ref",
+    "torch",
+    "trl",
+    "verl",
+    "openrlhf",
+    "areal",
+    "ms-swift",
+    "skyrl",
+    "unsloth-zoo",
+)
 _PROFILE = "sigma-ref-matrix"
 #: The scale-out column's data-parallel ranks W and micro-batches per rank M.
 SCALEOUT_WORLD_SIZE, SCALEOUT_MICRO_BATCHES = 2, 2
@@ -649,7 +659,8 @@ def add_matrix(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     """Register ``sigma-ref matrix``."""
     p = sub.add_parser(
         "matrix",
-        help="run the conformance suite on TRL, verl, OpenRLHF and the seed post (installed peers)",
+        help="run the conformance suite on the installed peer trainers (TRL, verl, OpenRLHF, AReaL, "
+        "ms-swift, SkyRL, Unsloth) and the seed post",
         description="Run every property of the suite on every adapter in sigma_ref.spec.adapters and print "
         "one row per implementation and mode, one column per level (pass / FAIL / n/a), with the declared "
         "and detected conventions and the installed versions. Peers that are not installed appear as "

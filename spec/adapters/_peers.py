@@ -1,6 +1,7 @@
 """Shared plumbing of the peer adapters (private): availability, lazy loading, tensors.
 
-Every adapter module (``trl``, ``verl``, ``openrlhf``, ``post``) exposes the same four
+Every adapter module (``trl``, ``verl``, ``openrlhf``, ``areal``, ``swift``, ``skyrl``,
+``unsloth``, ``post``) exposes the same four
 names, which ``sigma-ref matrix`` and ``tests/test_peers.py`` read:
 
 * ``PEER``: the :class:`Peer` it adapts (distribution name, tested release);

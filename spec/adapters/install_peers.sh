@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the GRPO peers the adapters call (TRL 1.16.0, verl 0.9.1, OpenRLHF 0.11.2) on CPU
-# into an existing venv that already has sigma-ref and torch 2.13.0 (`make peers` runs this).
+# Install the GRPO peers the adapters call (TRL 1.16.0, verl 0.9.1, OpenRLHF 0.11.2, AReaL 1.0.4,
+# ms-swift 4.6.0, SkyRL 0.3.0, Unsloth 2026.10.9) on CPU into an existing venv that already has
+# sigma-ref and torch 2.13.0 (`make peers` runs this).
 #
 #   usage: spec/adapters/install_peers.sh VENV/bin/pip
 #
@@ -12,7 +13,14 @@
 #   (and transformers / ray pins): expected, not fatal.
 # * Never `pip install vllm`: it pulls another torch and the CUDA stack. OpenRLHF imports
 #   flash_attn and vllm; spec/adapters/openrlhf.py provides stand-ins for the import only.
-# Measured on 2 cores with a warm pip cache: about 80 s, about 1 GB (ray 240 MB, pyarrow 170 MB).
+# * AReaL, ms-swift, SkyRL and Unsloth pin GPU stacks, torch versions or trl<1.0 in their metadata:
+#   --no-deps, then the light modules their imports need. ms-swift's loss needs trl<1.0 and cannot
+#   live beside TRL 1.16: only its advantage functions are driven (spec/adapters/swift.py).
+# Measured on 2 cores with a warm pip cache: about 80 s, about 1 GB (ray 240 MB, pyarrow 170 MB)
+# for the first three. The other four add about 410 MB in the venv (unsloth, numba/llvmlite,
+# modelscope, areal, ms-swift); their lines took 11 s (the five --no-deps wheels) and 8 s (the
+# SkyRL / ms-swift line) on a quiet machine, the AReaL line was installed a package at a time and
+# not timed as one; a re-run with everything present takes 2 s a line.
 set -euo pipefail
 PIP=${1:?usage: $0 VENV/bin/pip}
 PY="$(dirname "$PIP")/python"
@@ -34,6 +42,12 @@ DS_BUILD_OPS=0 step pipi --no-deps --no-build-isolation deepspeed==0.19.6
 step pipi hjson ninja py-cpuinfo einops msgpack psutil pydantic tqdm
 step pipi peft pylatexenc aiohttp
 step pipi --no-deps torchdata
+# AReaL, ms-swift, SkyRL, Unsloth: --no-deps, then what `import areal`, `swift.rl_core.advantage`,
+# `skyrl...ppo_utils` and `unsloth_zoo.rl_replacements` import (unsloth needs UNSLOTH_IS_PRESENT=1,
+# which spec/adapters/unsloth.py sets)
+step pipi --no-deps areal==1.0.4 ms-swift==4.6.0 skyrl==0.3.0 unsloth==2026.10.9 unsloth-zoo==2026.10.9
+step pipi httpx colorlog tenacity flask lark uvloop numba aiofiles openai
+step pipi modelscope jaxtyping loguru skyrl-gym
 
 "$PY" - <<'PY'
 import sys
@@ -44,7 +58,7 @@ from sigma_ref.conformance.matrix import adapter_module, installed_versions
 if not torch.__version__.startswith("2.13.0"):
     sys.exit(f"torch {torch.__version__} was installed over 2.13.0: remove the venv and start again")
 batch = Batch.grouped([[1.0, 0.0, 0.0, 0.0]])
-for peer in ("trl", "verl", "openrlhf"):
+for peer in ("trl", "verl", "openrlhf", "areal", "swift", "skyrl", "unsloth"):
     module = adapter_module(peer)
     if module.unavailable():
         sys.exit(module.unavailable())

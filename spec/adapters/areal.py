@@ -1,0 +1,286 @@
+"""Adapters for AReaL 1.0 (``areal.utils.data.Normalization``, ``areal.utils.functional``): its own code.
+
+Advantages: AReaL's PPO actor (``areal/trainer/ppo/actor.py``) normalises the scalar rewards with
+``reward_norm = Normalization(NormConfig(mean_level, std_level, group_size=G, ...))`` before its
+GAE and, optionally, the token advantages again with ``adv_norm``. Groups are consecutive runs of
+``group_size`` (layout ``contiguous``). The rows call ``Normalization(config)(rewards)`` (no loss
+mask: one reward per response), one per documented setting of ``NormConfig`` (defaults:
+``std_unbiased=True``, ``eps=1e-5``, ``mean_leave1out=False``):
+
+* ``reward_norm[group]``: ``(R - mean_g) / (std_g(ddof=1) + 1e-5)``; a group of one gets 0
+  (its mean is itself, its std 1);
+* ``reward_norm[group, std_unbiased=False]``: the population std, ``+ 1e-5``;
+* ``reward_norm[group, std=None]``: ``R - mean_g`` (``dr_grpo``; the eps is dropped with the std);
+* ``reward_norm[leave1out, std=None]``: ``R - mean_{-i}``, the leave-one-out mean (``rloo``);
+* ``reward_norm[leave1out, group]``: ``(R - mean_{-i}) / (sqrt(sum_j (R_j - mean_{-j})^2 / (G - 1)) +
+  1e-5)``, a leave-one-out std;
+* ``reward_norm[group, batch std]``: the group mean, then the Bessel std of the centred rewards over
+  the whole batch;
+* ``reward_norm[batch]``: AReaL's default ``NormConfig`` (``mean_level`` = ``std_level`` = ``batch``):
+  one mean and std over the whole batch, no groups.
+
+Loss: ``ppo_actor_loss_fn(logprobs, proximal_logprobs, old_logprobs, advantages, eps_clip, loss_mask,
+...)`` with per-token advantages, the proximal and behaviour log-probs both ``old_logp`` (no decoupled
+loss) and a boolean mask: the sum over valid tokens divided by their count (token-mean). The
+clip defaults of ``PPOActorConfig``: ``eps_clip`` 0.2, ``eps_clip_higher`` and ``c_clip`` None. Rows
+``policy[...]``: ``eps_clip_higher``, ``c_clip``, ``importance_sampling_level="sequence"`` (GSPO) and
+``rejection_sampling`` at token level on the ratio of the trainer's (proximal) to the rollout's
+(behaviour) log-probs, ``action`` ``clamp`` (truncate the weight at 2) or ``mask`` (drop the token).
+
+>>> sorted(ADAPTERS)[:2]
+['policy[c_clip=3]', 'policy[eps_clip_higher=0.28]']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from sigma_ref.conformance import Adapter
+from sigma_ref.objectives import Objective
+
+from ._peers import Peer, lazy, per_token
+
+__all__ = [
+    "PEER",
+    "ADAPTERS",
+    "NOT_APPLICABLE",
+    "NOTES",
+    "LOSS_ONLY",
+    "SCALEOUT",
+    "NORM_CONFIGS",
+    "TRAILING",
+    "available",
+    "unavailable",
+]
+
+PEER = Peer("areal", "areal", "1.0.4", title="AReaL")
+
+
+def available() -> bool:
+    """Whether AReaL is installed."""
+    return PEER.unavailable() is None
+
+
+def unavailable() -> str | None:
+    """Why AReaL cannot be used, or ``None``."""
+    return PEER.unavailable()
+
+
+@lazy
+def _areal() -> Any:
+    """``(Normalization, NormConfig, ppo_actor_loss_fn, RejectionSamplingConfig)`` (imports areal on
+    first use)."""
+    PEER.require()
+    from areal.api.cli_args import NormConfig, RejectionSamplingConfig
+    from areal.utils.data import Normalization
+    from areal.utils.functional.functional import ppo_actor_loss_fn
+
+    return Normalization, NormConfig, ppo_actor_loss_fn, RejectionSamplingConfig
+
+
+def _norm(options: dict[str, Any]) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    def advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        normalization, norm_config, _loss, _rejection = _areal()
+        out: torch.Tensor = normalization(norm_config(group_size=group_size, **options))(rewards)
+        return out
+
+    advantages.__name__ = "areal_Normalization[" + ", ".join(f"{k}={v}" for k, v in options.items()) + "]"
+    return advantages
+
+
+def _loss(**options: Any) -> Callable[..., torch.Tensor]:
+    """``ppo_actor_loss_fn`` with ``eps_clip`` 0.2 and ``options``; proximal = behaviour = ``old_logp``."""
+
+    def loss(
+        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        return _call(logp, old_logp, old_logp, advantages, mask, options)
+
+    loss.__name__ = "areal_ppo_actor_loss_fn[" + ", ".join(f"{k}={v}" for k, v in options.items()) + "]"
+    return loss
+
+
+def _call(
+    logp: torch.Tensor,
+    proximal: torch.Tensor,
+    behaviour: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    options: dict[str, Any],
+) -> torch.Tensor:
+    fn = _areal()[2]
+    out, _stat = fn(
+        logprobs=logp,
+        proximal_logprobs=proximal,
+        old_logprobs=behaviour,
+        advantages=per_token(advantages, mask),
+        eps_clip=_EPS,
+        loss_mask=mask.bool(),
+        **options,
+    )
+    result: torch.Tensor = out
+    return result
+
+
+def _rejection_loss(action: str, upper: float) -> Callable[..., torch.Tensor]:
+    """``ppo_actor_loss_fn`` with ``rejection_sampling=RejectionSamplingConfig(level="token",
+    action=action, metric="ratio", upper=upper)``: the behaviour policy is the rollout's (the
+    inference engine's log-probs), the proximal one the trainer's ``old_logp``."""
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        rollout_logp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        rejection_config = _areal()[3]
+        config = rejection_config(level="token", action=action, metric="ratio", upper=upper)
+        behaviour = old_logp if rollout_logp is None else rollout_logp
+        return _call(logp, old_logp, behaviour, advantages, mask, {"rejection_sampling": config})
+
+    loss.__name__ = f"areal_ppo_actor_loss_fn[rejection_sampling token {action} ratio <= {upper:g}]"
+    return loss
+
+
+#: ``PPOActorConfig.eps_clip``'s default.
+_EPS = 0.2
+
+#: ``mode -> (NormConfig options, declared convention)``; ``None``: outside the presets (NOTES).
+NORM_CONFIGS: dict[str, tuple[dict[str, Any], str | None]] = {
+    "reward_norm[group]": ({"mean_level": "group", "std_level": "group"}, None),
+    "reward_norm[group, std_unbiased=False]": (
+        {"mean_level": "group", "std_level": "group", "std_unbiased": False},
+        None,
+    ),
+    "reward_norm[group, std=None]": ({"mean_level": "group", "std_level": None}, "dr_grpo"),
+    "reward_norm[leave1out, std=None]": (
+        {"mean_level": "group", "mean_leave1out": True, "std_level": None},
+        "rloo",
+    ),
+    "reward_norm[leave1out, group]": (
+        {"mean_level": "group", "mean_leave1out": True, "std_level": "group"},
+        None,
+    ),
+    "reward_norm[group, batch std]": ({"mean_level": "group", "std_level": "batch"}, None),
+    "reward_norm[batch]": ({"mean_level": "batch", "std_level": "batch"}, None),
+}
+_DEFAULT_LOSS = _loss()
+_PPO = Objective("ppo", eps_low=_EPS, eps_high=_EPS, aggregation="token-mean")
+
+ADAPTERS: dict[str, Adapter] = {
+    mode: Adapter(
+        _norm(options),
+        "contiguous",
+        loss=_DEFAULT_LOSS,
+        convention=convention,
+        name=f"areal {mode}",
+        aggregation="token-mean",
+        objective=_PPO,
+    )
+    for mode, (options, convention) in NORM_CONFIGS.items()
+}
+#: ``ppo_actor_loss_fn`` options beside the defaults: ``mode -> (options, declared objective)``.
+POLICIES: dict[str, tuple[dict[str, Any], Objective]] = {
+    "policy[eps_clip_higher=0.28]": (
+        {"eps_clip_higher": 0.28},
+        Objective("ppo", eps_low=_EPS, eps_high=0.28, aggregation="token-mean"),
+    ),
+    "policy[c_clip=3]": (
+        {"c_clip": 3.0},
+        Objective("ppo", eps_low=_EPS, eps_high=_EPS, dual_clip=3.0, aggregation="token-mean"),
+    ),
+    "policy[importance_sampling_level=sequence]": (
+        {"importance_sampling_level": "sequence"},
+        Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="token-mean"),
+    ),
+}
+_GROUP = ADAPTERS["reward_norm[group, std=None]"].advantages
+#: Rejection sampling (``PPOActorConfig.rejection_sampling``, token level, ratio metric, threshold 2):
+#: ``clamp`` truncates the behaviour importance weight at ``upper``, ``mask`` drops tokens above it.
+REJECTION_UPPER = 2.0
+_REJECTION: dict[str, tuple[str, Objective]] = {
+    f"policy[rejection_sampling token {action} {REJECTION_UPPER:g}]": (
+        action,
+        Objective(
+            "ppo",
+            eps_low=_EPS,
+            eps_high=_EPS,
+            aggregation="token-mean",
+            tis_cap=REJECTION_UPPER,
+            tis_level="token",
+            tis_mode="truncate" if action == "clamp" else "mask",
+        ),
+    )
+    for action in ("clamp", "mask")
+}
+ADAPTERS.update(
+    {
+        mode: Adapter(
+            _GROUP,
+            "contiguous",
+            loss=_loss(**options),
+            convention="dr_grpo",
+            name=f"areal reward_norm[group, std=None] + ppo_actor_loss_fn({mode[7:-1]})",
+            aggregation="token-mean",
+            objective=objective,
+        )
+        for mode, (options, objective) in POLICIES.items()
+    }
+)
+ADAPTERS.update(
+    {
+        mode: Adapter(
+            _GROUP,
+            "contiguous",
+            loss=_rejection_loss(action, REJECTION_UPPER),
+            convention="dr_grpo",
+            name=f"areal reward_norm[group, std=None] + ppo_actor_loss_fn({mode[7:-1]})",
+            aggregation="token-mean",
+            objective=objective,
+        )
+        for mode, (action, objective) in _REJECTION.items()
+    }
+)
+_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+#: The loss options share a ``reward_norm`` row's advantage: the matrix runs their loss properties only.
+LOSS_ONLY: dict[str, tuple[str, ...]] = {mode: _LOSS_PROPERTIES for mode in [*POLICIES, *_REJECTION]}
+
+#: What the settings outside the presets compute (the lead names them as conventions at merge).
+NOTES: dict[str, str] = {
+    "reward_norm[group]": "Outside the presets by its eps only: (R - mean_g) / (std_g(ddof=1) + 1e-5) "
+    "(NormConfig.eps 1e-5; TRL adds 1e-4, verl 1e-6); a group of one gets 0.",
+    "reward_norm[group, std_unbiased=False]": "Outside the presets by its eps only: "
+    "(R - mean_g) / (std_g(ddof=0) + 1e-5).",
+    "reward_norm[leave1out, group]": "Outside the presets: leave-one-out mean and a leave-one-out std, "
+    "(R_i - mean_{-i}) / (sqrt(sum_j (R_j - mean_{-j})^2 / (G - 1)) + 1e-5).",
+    "reward_norm[group, batch std]": "Outside the presets: group centring, then the Bessel std of the "
+    "centred rewards over the batch, (R - mean_g) / (std_batch(R - mean_g, ddof=1) + 1e-5).",
+    "reward_norm[batch]": "Outside the presets: NormConfig's default (mean_level = std_level = batch), "
+    "(R - mean_batch) / (std_batch(ddof=1) + 1e-5), no group structure; AReaL's GRPO examples set "
+    "mean_level/std_level to group.",
+}
+
+#: Why no level-5 cell: ``ppo_actor_loss_fn`` divides by the local token count and AReaL's engine
+#: rescales each micro-batch by ``loss_weight_fn`` over the global count, outside this function.
+_NOT_SCALED = "micro-batch weights set by AReaL's engine (loss_weight_fn); not modelled"
+#: Every ``reward_norm`` row: the deviation ``partial_trailing_group`` finds (a real one).
+TRAILING = (
+    "Deviation: with N not a multiple of group_size, Normalization loops over bs // group_size groups "
+    "and leaves the trailing responses at mean 0 and std 0; input: rewards [1, 0, 0, 0, 1], group_size "
+    "4: the fifth gets 1/(0 + 1e-5) = 100000.0 ([group]; R itself with std=None) instead of an error or "
+    'a group of its own (NormConfig.group_size: "Group size for group-level normalization").'
+)
+NOTES.update({mode: f"{NOTES[mode]} {TRAILING}" if mode in NOTES else TRAILING for mode in NORM_CONFIGS})
+
+#: The level-5 column: every loss row's reason.
+SCALEOUT: dict[str, str] = {mode: _NOT_SCALED for mode in ADAPTERS}
+
+NOT_APPLICABLE: dict[str, str] = {
+    "adv_norm": "adv_norm normalises the token advantages after AReaL's GAE inside "
+    "PPOActor.compute_advantages (a method on the actor's whole batch dict), not a function of the "
+    "rewards alone",
+}

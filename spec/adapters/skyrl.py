@@ -1,0 +1,302 @@
+"""Adapters for SkyRL 0.3 (``skyrl.backends.skyrl_train.utils.ppo_utils``): its own functions.
+
+The package ``skyrl.backends`` imports its Tinker backends in ``__init__``, which fails on Python
+3.11; the adapter imports ``skyrl.backends.skyrl_train.utils.ppo_utils`` with that package's
+``__init__`` skipped (:func:`_ppo_utils`), so the functions are SkyRL's own, unchanged.
+
+Advantages, from ``AdvantageEstimatorRegistry.get(name)`` as ``compute_advantages_and_returns``
+calls them, ``(token_level_rewards, response_mask, index) -> (advantages, returns)``:
+
+* ``grpo`` / ``grpo_no_std``: ``compute_grpo_outcome_advantage`` with ``grpo_norm_by_std`` True
+  (Bessel std + ``epsilon`` 1e-6, a group of one gets mean 0 and std 1: ``verl``) / False
+  (``dr_grpo``);
+* ``rloo``: ``compute_rloo_outcome_advantage`` (``rloo``; a group of one gets 0);
+* ``maxrl``: ``compute_maxrl_advantage``, ``(R - mean_g) / (mean_g + 1e-6)``: outside the presets.
+
+The rows without a suffix call them with the reward in a ``[N, 1]`` token matrix (layout
+``index``, as verl's rows do); the ``[token]`` rows in their token layout (the reward on each
+response's last valid token).
+
+Loss: SkyRL aggregates by pre-scaling the advantages
+(``apply_loss_reduction_to_advantages_minibatch(advantages, loss_mask, loss_reduction,
+micro_batch_size, max_seq_len)``, called by the trainer on each mini-batch) and then summing the
+per-token loss (``reduce_loss``): the loss rows call both, the policy loss from
+``PolicyLossRegistry.get(policy_loss_type)`` with a real ``AlgorithmConfig`` (clip 0.2 both sides,
+``clip_ratio_c`` 3). One mini-batch is one micro-batch here (``micro_batch_size = N``) and
+``max_seq_len`` is the padded width (SkyRL requires it set for ``seq_mean_token_sum_norm``). The
+loss gets float32 log-probs and advantages, as SkyRL's workers hold them: its ratio is
+``exp`` of a float32 log-ratio (``torch_utils.safe_exp_delta`` casts to float32 and back), so a
+float64 call would return a float64 loss with a float32 gradient.
+Rows ``loss[<loss_reduction>]`` (regular PPO), ``policy[<policy_loss_type>]`` (token_mean).
+
+>>> sorted(ADAPTERS)[:3]
+['grpo', 'grpo[token]', 'grpo_no_std']
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from sigma_ref.conformance import Adapter
+from sigma_ref.objectives import Objective
+
+from ._peers import Peer, lazy, per_token
+
+__all__ = [
+    "PEER",
+    "ADAPTERS",
+    "NOT_APPLICABLE",
+    "NOTES",
+    "LOSS_ONLY",
+    "OBJECTIVE_NOTES",
+    "SCALEOUT",
+    "LOSS_REDUCTIONS",
+    "available",
+    "unavailable",
+]
+
+PEER = Peer("skyrl", "skyrl", "0.3.0", title="SkyRL")
+
+#: SkyRL's ``loss_reduction`` values and the aggregation each sets (``prompt_mean`` needs the
+#: prompt boundaries, which a loss of the suite's signature is not given: ``NOT_APPLICABLE``).
+LOSS_REDUCTIONS: dict[str, str] = {
+    "token_mean": "token-mean",
+    "token_mean_legacy": "token-mean",
+    "sequence_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
+}
+
+
+def available() -> bool:
+    """Whether SkyRL is installed."""
+    return PEER.unavailable() is None
+
+
+def unavailable() -> str | None:
+    """Why SkyRL cannot be used, or ``None``."""
+    return PEER.unavailable()
+
+
+@lazy
+def _ppo_utils() -> Any:
+    """``skyrl.backends.skyrl_train.utils.ppo_utils``, imported without ``skyrl.backends.__init__``.
+
+    That ``__init__`` imports the Tinker backend (``skyrl.backends.backend``), which needs Python
+    3.12; the package is registered as a bare namespace over its own directory instead, so the
+    submodules below it import from the installed files as they are.
+    """
+    PEER.require()
+    name = "skyrl.backends"
+    if name not in sys.modules:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.submodule_search_locations is not None
+        package = types.ModuleType(name)
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__spec__ = spec
+        sys.modules[name] = package
+    from skyrl.backends.skyrl_train.utils import ppo_utils
+
+    return ppo_utils
+
+
+@lazy
+def _config_class() -> Any:
+    _ppo_utils()
+    from skyrl.train.config import AlgorithmConfig
+
+    return AlgorithmConfig
+
+
+def _config(policy: str, reduction: str, max_seq_len: int) -> Any:
+    """A real ``AlgorithmConfig`` with the policy loss type and reduction, all else default."""
+    return _config_class()(policy_loss_type=policy, loss_reduction=reduction, max_seq_len=max_seq_len)
+
+
+def _estimator(name: str, **options: Any) -> Callable[[torch.Tensor, np.ndarray], torch.Tensor]:
+    def advantages(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+        fn = _ppo_utils().AdvantageEstimatorRegistry.get(name)
+        scores = rewards.reshape(-1, 1)
+        adv, _returns = fn(
+            token_level_rewards=scores,
+            response_mask=torch.ones_like(scores),
+            index=np.asarray(index),
+            **options,
+        )
+        out: torch.Tensor = adv[:, 0]
+        return out
+
+    advantages.__name__ = f"skyrl_{name}"
+    return advantages
+
+
+def _token_estimator(name: str, **options: Any) -> Callable[..., Any]:
+    def advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray) -> Any:
+        fn = _ppo_utils().AdvantageEstimatorRegistry.get(name)
+        return fn(
+            token_level_rewards=token_level_rewards,
+            response_mask=response_mask,
+            index=np.asarray(index),
+            **options,
+        )
+
+    advantages.__name__ = f"skyrl_{name}_token_level"
+    return advantages
+
+
+def _loss(policy: str, reduction: str) -> Callable[..., torch.Tensor]:
+    """SkyRL's policy loss ``policy`` after its advantage pre-scaling for ``reduction``."""
+
+    def loss(
+        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        pu = _ppo_utils()
+        n, width = mask.shape
+        config = _config(policy, reduction, width)
+        # float32, as SkyRL's workers hold them: its ratio is exp of a float32 log-ratio
+        # (torch_utils.safe_exp_delta), so float64 inputs would still get a float32 gradient
+        logp, old_logp, mask = logp.float(), old_logp.float(), mask.float()
+        scaled = pu.apply_loss_reduction_to_advantages_minibatch(
+            advantages=per_token(advantages.float(), mask),
+            loss_mask=mask,
+            loss_reduction=reduction,
+            micro_batch_size=n,
+            max_seq_len=width,
+        )
+        out, _metrics = pu.PolicyLossRegistry.get(policy)(
+            logp, old_logp, scaled, config, loss_mask=mask, rollout_logprobs=None
+        )
+        result: torch.Tensor = out
+        return result
+
+    loss.__name__ = f"skyrl_policy_loss[{policy}, loss_reduction={reduction}]"
+    return loss
+
+
+#: SkyRL's clip defaults (``AlgorithmConfig``): ``eps_clip_low`` = ``eps_clip_high`` = 0.2,
+#: ``clip_ratio_c`` 3 (dual clip); CISPO ``cispo_eps_clip_low`` 0, ``cispo_eps_clip_high`` 5.
+_EPS, _DUAL = 0.2, 3.0
+
+
+def _ppo(aggregation: str, **kw: Any) -> Objective:
+    return Objective("ppo", eps_low=_EPS, eps_high=_EPS, aggregation=aggregation, **kw)
+
+
+_GRPO = _estimator("grpo", grpo_norm_by_std=True)
+_DEFAULT_LOSS = _loss("regular", "token_mean")
+
+
+def _adapter(
+    fn: Callable[..., Any],
+    convention: str | None,
+    name: str,
+    loss: Callable[..., Any] | None = _DEFAULT_LOSS,
+    aggregation: str = "token-mean",
+    objective: Objective | None = None,
+) -> Adapter:
+    return Adapter(
+        fn,
+        "index",
+        loss=loss,
+        convention=convention,
+        ragged=True,
+        name=f"skyrl {name}",
+        aggregation=aggregation,
+        objective=objective if objective is not None else _ppo(aggregation),
+    )
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "grpo": _adapter(_GRPO, "verl", "advantage_estimator=grpo"),
+    "grpo_no_std": _adapter(
+        _estimator("grpo", grpo_norm_by_std=False),
+        "dr_grpo",
+        "advantage_estimator=grpo, grpo_norm_by_std=False",
+    ),
+    "rloo": _adapter(_estimator("rloo"), "rloo", "advantage_estimator=rloo"),
+    "maxrl": _adapter(_estimator("maxrl"), None, "advantage_estimator=maxrl"),
+}
+ADAPTERS.update(
+    {
+        f"{name}[token]": Adapter(
+            _token_estimator(name, **options),
+            "token",
+            convention=convention,
+            returns="advantages",
+            name=f"skyrl {name} (token level)",
+        )
+        for name, options, convention in (
+            ("grpo", {"grpo_norm_by_std": True}, "verl"),
+            ("rloo", {}, "rloo"),
+        )
+    }
+)
+ADAPTERS.update(
+    {
+        f"loss[{reduction}]": _adapter(
+            _GRPO, "verl", f"grpo + regular, loss_reduction={reduction}", _loss("regular", reduction), agg
+        )
+        for reduction, agg in LOSS_REDUCTIONS.items()
+    }
+)
+#: ``policy_loss_type`` values beside ``regular`` (token_mean), with the objective where the oracle has it.
+POLICIES: dict[str, Objective | None] = {
+    "dual_clip": _ppo("token-mean", dual_clip=_DUAL),
+    "gspo": Objective("gspo", eps_low=_EPS, eps_high=_EPS),
+    "cispo": Objective("cispo", eps_low=0.0, eps_high=5.0),
+    "sapo": None,
+}
+ADAPTERS.update(
+    {
+        f"policy[{policy}]": Adapter(
+            _GRPO,
+            "index",
+            loss=_loss(policy, "token_mean"),
+            convention="verl",
+            ragged=True,
+            name=f"skyrl grpo + policy_loss_type={policy}, loss_reduction=token_mean",
+            aggregation="token-mean",
+            objective=objective,
+        )
+        for policy, objective in POLICIES.items()
+    }
+)
+
+OBJECTIVE_NOTES: dict[str, str] = {
+    "policy[sapo]": "sapo: sigmoid gate 4/tau sigmoid(tau (r - 1)), tau 1 / 1.05, not in the oracle",
+}
+_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+#: The loss variants share the ``grpo`` row's advantage: the matrix runs their loss properties only.
+LOSS_ONLY: dict[str, tuple[str, ...]] = {f"policy[{p}]": _LOSS_PROPERTIES for p in POLICIES}
+
+NOTES: dict[str, str] = {
+    "maxrl": "Outside the presets: MaxRL, (R - mean_g) / (mean_g + 1e-6) (a group of one keeps R - 0).",
+}
+
+#: Why no level-5 cell: SkyRL pre-scales the advantages on the driver's whole mini-batch (its token
+#: or sequence counts) and each worker multiplies its summed loss by dp_size before DP averages
+#: (``worker.py``, ``grad_sum_correction_factor``); the pre-scaling needs the whole mini-batch's
+#: mask, which the level-5 harness does not give a rank's loss.
+_NOT_SCALED = "advantages pre-scaled on the driver's whole mini-batch; not modelled"
+#: The level-5 column: every loss row's reason (see ``_NOT_SCALED``).
+SCALEOUT: dict[str, str] = {mode: _NOT_SCALED for mode, a in ADAPTERS.items() if a.loss is not None}
+
+NOT_APPLICABLE: dict[str, str] = {
+    "kl_loss": "the KL loss (use_kl_loss, on by default: k3, kl_loss_coef 0.001) is added in the worker "
+    "(worker.py: masked_mean(compute_approx_kl(...), loss_mask, dim=-1).mean(), a per-sequence token "
+    "mean whatever loss_reduction is), not in a function of ppo_utils that can be called with the "
+    "policy loss",
+    "loss[prompt_mean]": "loss_reduction=prompt_mean needs the prompt boundaries of the mini-batch, "
+    "which the suite's loss(logp, old_logp, advantages, mask) is not given",
+    "reinforce++": "advantage_estimator=reinforce++ whitens the discounted returns over every token of "
+    "the batch (masked_whiten), ignoring the groups: no group advantage to check",
+    "advantage_batch_normalize": "advantage_batch_normalize (a second, batch z-score after the group "
+    "estimator) is inline in the trainer (trainer.py normalize_minibatch_advantages), not a function "
+    "that can be called on its own",
+}
