@@ -276,6 +276,7 @@ def conformance_context(config: pytest.Config) -> Any:
                 precision=config.getoption("sigma_ref_precision", "auto") or "auto",
                 strict=bool(config.getoption("sigma_ref_strict", False)),
                 output=config.getoption("sigma_ref_output", None),
+                framework=config.getoption("sigma_ref_framework", None) or "auto",
                 aggregation=config.getoption("sigma_ref_aggregation", None),
                 clip=config.getoption("sigma_ref_clip", None),
                 aggregation_constant=config.getoption("sigma_ref_aggregation_constant", None),
@@ -326,6 +327,13 @@ def scaleout_report(config: pytest.Config) -> Any:
             if loss is None:
                 loss = "sigma_ref.conformance.scaleout:oracle_loss"
                 aggregation = aggregation or "token-mean"
+        if getattr(conformance_context(config).adapter.advantages, "__sigma_ref_framework__", None) == "jax":
+            config.stash[_SCALEOUT_KEY] = ValueError(
+                "level 5 (--world-size, --micro-batches) runs torch.distributed ranks and is not yet "
+                "available for JAX code (its data parallelism is jax.sharding's); drop those options to "
+                "run levels 0-4"
+            )
+            return config.stash[_SCALEOUT_KEY]
         try:
             config.stash[_SCALEOUT_KEY] = run_scaleout(
                 impl,
