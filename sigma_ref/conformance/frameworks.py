@@ -18,6 +18,10 @@ and every derivative the verdicts read.
 * Devices: the JAX side runs on jax's default device, the torch side on the CPU
   (``devices=("cpu",)``: the ``cuda_device`` property is skipped).
 * Index arrays (numpy ``[N]`` group ids) are passed as they are: jax functions accept numpy.
+* Speed: a loss runs as ``jax.jit(jax.value_and_grad(loss))``, compiled once per input shape (eager
+  jax compiles every operation for every new shape, ten times slower on the suite's varied
+  batches); a loss that cannot be traced (Python control flow on values) runs eagerly instead.
+  Advantage functions run eagerly, as written.
 * Level 5 (``torch.distributed`` ranks) is not yet run on JAX code: a JAX trainer shards with
   ``jax.sharding``, not with torch's process groups (``sigma-ref check --world-size`` says so).
 """
@@ -212,6 +216,53 @@ class _Call:
         return out, None
 
 
+def _static_key(value: Any) -> Any:
+    """A hashable stand-in for a non-tensor argument (the compiled loss is reused only for equal ones)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return (type(value).__name__, value)
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.shape, value.dtype.str, value.tobytes())
+    return ("object", id(value))  # kept alive by the cache entry, so the id is not reused
+
+
+#: Compiled losses by call structure: ``jax.jit`` of the loss and its ``value_and_grad``, so a new
+#: shape costs one XLA compilation, not one per operation. ``None``: the loss cannot be traced
+#: (Python control flow on values); it then runs eagerly.
+_COMPILED: dict[Any, tuple[Any, dict[str, bool], tuple[Any, ...]] | None] = {}
+
+
+def _compiled(call: _Call) -> tuple[Any, dict[str, bool]] | None:
+    jax = _jax()
+    statics = [a for a in (*call.args, *call.kwargs.values()) if not _is_tensor(a)]
+    key = (
+        call.fn,
+        len(call.args),
+        tuple(sorted(call.kwargs)),
+        tuple(where for where, _ in call.slots),
+        tuple(call.diff),
+        tuple(_static_key(v) for v in statics),
+    )
+    if key in _COMPILED:
+        entry = _COMPILED[key]
+        return None if entry is None else (entry[0], entry[1])
+    info = {"tuple_out": False}
+
+    def whole(values: tuple[Any, ...]) -> Any:
+        def partial(*diff_values: Any) -> tuple[Any, Any]:
+            full = list(values)
+            for k, v in zip(call.diff, diff_values, strict=True):
+                full[k] = v
+            value, aux = call.run(full)
+            info["tuple_out"] = call.tuple_out
+            return jax.numpy.reshape(value, ()), aux
+
+        argnums = tuple(range(len(call.diff)))
+        return jax.value_and_grad(partial, argnums=argnums, has_aux=True)(*(values[k] for k in call.diff))
+
+    _COMPILED[key] = (jax.jit(whole), info, tuple(statics))
+    return _COMPILED[key][0], info  # type: ignore[index]
+
+
 class _JaxLoss(torch.autograd.Function):
     """The JAX loss's value forward; its ``jax.value_and_grad`` gradient backward."""
 
@@ -220,7 +271,18 @@ class _JaxLoss(torch.autograd.Function):
         jax = _jax()
         with _x64():
             values = [to_jax(t) for t in tensors]
-            if call.diff:
+            compiled = _compiled(call) if call.diff else None
+            done = False
+            if compiled is not None:
+                fn, info = compiled
+                try:
+                    (value, aux), grads = fn(tuple(values))
+                    call.tuple_out = info["tuple_out"]
+                    call.grads = tuple(grads)
+                    done = True
+                except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+                    _COMPILED[next(k for k, v in _COMPILED.items() if v is not None and v[0] is fn)] = None
+            if not done and call.diff:
 
                 def partial(*diff_values: Any) -> tuple[Any, Any]:
                     full = list(values)
@@ -234,7 +296,7 @@ class _JaxLoss(torch.autograd.Function):
                     *(values[k] for k in call.diff)
                 )
                 call.grads = tuple(grads)
-            else:
+            elif not done:
                 value, aux = call.run(values)
             call.aux = aux
         ctx.call = call

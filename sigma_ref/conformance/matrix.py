@@ -66,9 +66,9 @@ __all__ = [
 ]
 
 #: Adapter modules of ``sigma_ref.spec.adapters``, in the matrix's order.
-PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf")
+PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf", "tunix")
 #: Distributions whose versions the matrix reports.
-VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf")
+VERSIONED: tuple[str, ...] = ("sigma-ref", "torch", "trl", "verl", "openrlhf", "google-tunix", "jax")
 _PROFILE = "sigma-ref-matrix"
 #: The scale-out column's data-parallel ranks W and micro-batches per rank M.
 SCALEOUT_WORLD_SIZE, SCALEOUT_MICRO_BATCHES = 2, 2

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the GRPO peers the adapters call (TRL 1.16.0, verl 0.9.1, OpenRLHF 0.11.2) on CPU
+# Install the GRPO peers the adapters call (TRL 1.16.0, verl 0.9.1, OpenRLHF 0.11.2, tunix 0.1.7 on
+# jax 0.10.2) on CPU
 # into an existing venv that already has sigma-ref and torch 2.13.0 (`make peers` runs this).
 #
 #   usage: spec/adapters/install_peers.sh VENV/bin/pip
@@ -34,6 +35,12 @@ DS_BUILD_OPS=0 step pipi --no-deps --no-build-isolation deepspeed==0.19.6
 step pipi hjson ninja py-cpuinfo einops msgpack psutil pydantic tqdm
 step pipi peft pylatexenc aiohttp
 step pipi --no-deps torchdata
+# JAX and the array API (the `jax` extra): jax on CPU, array-api-compat, array-api-strict
+step pipi "jax[cpu]==0.10.2" array-api-compat==1.16.0 array-api-strict==2.6.1
+# tunix (JAX): --no-deps (its metadata pulls tensorflow-datasets, grain, kagglehub, ...), then what
+# `tunix.rl.algo_core` and `tunix.rl.common` import
+step pipi --no-deps google-tunix==0.1.7
+step pipi flax==0.12.8 google-metrax==0.2.4 jaxtyping==0.3.11 sentencepiece==0.2.3 perfetto==0.59.1
 
 "$PY" - <<'PY'
 import sys
@@ -44,7 +51,7 @@ from sigma_ref.conformance.matrix import adapter_module, installed_versions
 if not torch.__version__.startswith("2.13.0"):
     sys.exit(f"torch {torch.__version__} was installed over 2.13.0: remove the venv and start again")
 batch = Batch.grouped([[1.0, 0.0, 0.0, 0.0]])
-for peer in ("trl", "verl", "openrlhf"):
+for peer in ("trl", "verl", "openrlhf", "tunix"):
     module = adapter_module(peer)
     if module.unavailable():
         sys.exit(module.unavailable())
