@@ -122,3 +122,23 @@ def test_jax_gallery_wrong_fails_with_its_cause(fn, loss, breaks: str, says: str
     assert hit, [o.verdict for o in outcomes]
     assert any(says in o.message for o in hit), hit[0].message
     assert any(o.finding is not None and o.finding.confirmed for o in hit), hit[0].message
+
+
+def test_pytest_spec_on_jax_code_end_to_end() -> None:
+    """``pytest spec --sigma-ref-impl`` on a JAX function, nothing said about JAX: it is detected,
+    called with jax arrays, and its bug fails with the confirmed cause (exit 1)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, "-m", "pytest", "spec", "-q", "-p", "no:cacheprovider", "-k", "group_centering"]
+    argv += ["--sigma-ref-impl", "tests.gallery.jax_functions:batch_mean_advantages"]
+    argv += ["--sigma-ref-layout", "contiguous", "--sigma-ref-convention", "verl"]
+    argv += ["--sigma-ref-timeout", "120"]  # importing jax on a busy 2-core machine can take 10 s
+    env = dict(os.environ, PYTHONPATH=str(root), CI="true", HYPOTHESIS_PROFILE="ci")
+    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "FAIL test_group_centering" in done.stdout
+    assert "centered on the batch mean, not the group mean" in done.stdout
