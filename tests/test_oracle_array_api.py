@@ -162,3 +162,20 @@ def test_is_foreign() -> None:
     assert _xp.is_foreign(jnp.zeros(2)) and _xp.is_foreign(xs.zeros(2))
     for value in (np.zeros(2), np.float64(1.0), torch.zeros(2), [1.0], 1.0, None):
         assert not _xp.is_foreign(value)
+
+
+@pytest.mark.parametrize("library", list(LIBRARIES))
+def test_objectives_take_foreign_arrays(library: str) -> None:
+    """``sigma_ref.objectives`` returns torch tensors for every caller (numpy's too: its documented
+    contract); it reads foreign arrays as it reads numpy, with the same values."""
+    from sigma_ref import objectives
+
+    convert, _ = LIBRARIES[library]
+    mask = np.array([[1, 1, 0], [1, 1, 1]])
+    logp = np.random.default_rng(1).normal(size=(2, 3))
+    for name, call in {
+        "aggregation_weights": lambda c: objectives.aggregation_weights(c(mask), "seq-mean-token-mean"),
+        "kl_estimate": lambda c: objectives.kl_estimate(c(logp), c(logp * 0.5), "k3")[0],
+    }.items():
+        got, want = call(convert), call(np.asarray)
+        assert isinstance(got, torch.Tensor) and torch.equal(got, want), name
