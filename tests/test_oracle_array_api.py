@@ -179,3 +179,15 @@ def test_objectives_take_foreign_arrays(library: str) -> None:
     }.items():
         got, want = call(convert), call(np.asarray)
         assert isinstance(got, torch.Tensor) and torch.equal(got, want), name
+
+
+@pytest.mark.parametrize("library", list(LIBRARIES))
+def test_assert_advantages_close_on_foreign_arrays(library: str) -> None:
+    """``sigma_ref.testing.assert_advantages_close`` judges foreign advantages as numpy ones."""
+    from sigma_ref.testing import assert_advantages_close
+
+    convert, _ = LIBRARIES[library]
+    good = sigma_ref.grpo_advantage(convert(REWARDS), convention="verl")
+    assert_advantages_close(good, convert(REWARDS), convention="verl")
+    with pytest.raises(AssertionError, match="advantages mismatched"):
+        assert_advantages_close(good, convert(REWARDS), convention="paper")
