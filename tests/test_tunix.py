@@ -89,3 +89,16 @@ def test_verl_names_with_other_meanings(tunix) -> None:
     verl = aggregation_weights(MASK, "seq-mean-token-sum-norm")
     assert not torch.allclose(w, verl)
     assert torch.allclose(w, verl * MASK.shape[1], rtol=1e-6)
+
+
+def test_grpo_float16_overflow_is_why_float16_is_not_declared(tunix) -> None:
+    """tunix's rewards are float64; given float16, compute_advantages's std overflows (|R| = 1024)
+    and the suite FAILs half_precision_range with that confirmed cause."""
+    from sigma_ref.conformance.adapter import ALL_DTYPES
+    from sigma_ref.conformance.matrix import run_adapter
+
+    assert "float16" not in tunix.ADAPTERS["grpo"].dtypes
+    (result,), _ = run_adapter(
+        tunix.ADAPTERS["grpo"].replace(dtypes=ALL_DTYPES), max_examples=2, names=["half_precision_range"]
+    )
+    assert result["verdict"] == "FAIL" and "overflows in half precision" in result["message"], result

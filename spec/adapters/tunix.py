@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sigma_ref.conformance import Adapter
+from sigma_ref.conformance.adapter import ALL_DTYPES
 from sigma_ref.conformance.frameworks import jax_function, jax_loss
 
 from ._peers import Peer, ScaleOut, lazy
@@ -173,12 +174,19 @@ def _grpo_loss(mode: str) -> Callable[..., Any]:
 _CONVENTIONS: dict[str, str | None] = {"grpo": None, "rloo": "rloo", "drgrpo": "dr_grpo"}
 
 
+#: tunix's rewards are float64 numpy arrays (``RewardManager``: ``np.zeros``), so compute_advantages never
+#: sees float16, where its std squares |R| >= 256 past float16's 65504 (the suite's
+#: ``half_precision_range`` FAILs it with that cause when float16 is declared).
+_DTYPES: dict[str, tuple[str, ...]] = {"grpo": ("float64", "float32", "bfloat16")}
+
+
 def _adapter(estimator: str, mode: str) -> Adapter:
     return Adapter(
         jax_function(_estimator(estimator)),
         "contiguous",
         loss=jax_loss(_grpo_loss(mode)),
         convention=_CONVENTIONS[estimator],
+        dtypes=_DTYPES.get(estimator, ALL_DTYPES),
         devices=("cpu",),
         name=f"tunix {estimator} + grpo_loss_fn[{mode}]",
         aggregation=AGGREGATION_MODES[mode],
@@ -199,7 +207,8 @@ LOSS_ONLY: dict[str, tuple[str, ...]] = {
     if mode.startswith("loss[")
 }
 NOTES: dict[str, str] = {
-    "grpo": "Bessel std + 1e-6 (verl's statistics); a group of one gets NaN",
+    "grpo": "Bessel std + 1e-6 (verl's statistics); a group of one gets NaN; float16 not declared (tunix's "
+    "rewards are float64; its float16 std overflows at |R| >= 256)",
     "loss[sequence-mean-token-scale]": "tunix's name for verl's seq-mean-token-sum-norm (C = T)",
     "loss[sequence-mean-token-sum-norm]": "tunix's name for verl's seq-mean-token-sum (divides by N_seq)",
 }
