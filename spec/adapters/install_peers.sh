@@ -15,8 +15,9 @@
 #   flash_attn and vllm; spec/adapters/openrlhf.py provides stand-ins for the import only.
 # Measured on 2 cores with a warm pip cache: about 80 s, about 1 GB (ray 240 MB, pyarrow 170 MB).
 # The JAX side (jax, array-api, tunix and its imports) adds 650 MB to a venv that has the rest
-# (jaxlib 350 MB, scipy 140 MB, tensorstore 65 MB) and 15 s on a quiet machine (148 s measured in
-# a fresh venv on 2 cores shared with 8 other jobs, load average 10).
+# (jaxlib 350 MB, scipy 140 MB, tensorstore 65 MB); time: jax 10 s, flax 3 s, tunix 1 s on a
+# lightly loaded machine (metrax and the small ones not timed), 148 s for all of it in a fresh venv
+# on 2 cores shared with 8 other jobs (load average 10).
 set -euo pipefail
 PIP=${1:?usage: $0 VENV/bin/pip}
 PY="$(dirname "$PIP")/python"
