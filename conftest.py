@@ -8,8 +8,18 @@ clone. This file only adds what the project's own checkout needs.
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
+
+#: Modules that import the optional ``jax`` extra (jax, array-api-strict) at import time or in
+#: their doctests: not collected where it is not installed (``make peers`` installs it).
+collect_ignore = (
+    []
+    if importlib.util.find_spec("jax") and importlib.util.find_spec("array_api_strict")
+    else ["sigma_ref/_xp.py", "sigma_ref/conformance/frameworks.py", "tests/gallery/jax_functions.py"]
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from . import _xp
+from ._xp import Foreign
+
 Array = Any  # numpy.ndarray | torch.Tensor
 
 _MAX_SHOWN = 8
@@ -110,6 +113,19 @@ class Backend:
         return np.asarray(x).astype(dtype, order="C", copy=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class ForeignBackend(Backend):
+    """:class:`Backend` for a caller of another array-API library (jax, cupy, array_api_strict):
+    the statistics run in numpy (or torch, ``library="torch"``) on the host, and :meth:`out`
+    gives the result back in the caller's library, dtype and device (``sigma_ref._xp``)."""
+
+    foreign: Foreign | None = None
+
+    def out(self, x: Array, kind: str | None = None) -> Array:
+        assert self.foreign is not None
+        return self.foreign.back(x, kind)
+
+
 #: Torch tensors on the CPU are computed through zero-copy numpy views (numpy runs each
 #: operation on one thread, so the many small per-group operations never pay for
 #: OpenMP start-up or for a busy machine's thread contention). Tests set this to True to
@@ -163,6 +179,12 @@ def as_float64(
         elif copy:
             x = x.clone()
         return x, backend
+    if not isinstance(values, np.ndarray) and _xp.is_foreign(values):  # jax, cupy, array_api_strict, ...
+        host, foreign = _xp.to_numpy(values)
+        x, backend = as_float64(
+            host, name, allow_bool=allow_bool, library=library, copy=copy, convert=convert
+        )
+        return x, ForeignBackend(backend.is_torch, backend.device, backend.dtype, foreign)
     if isinstance(values, (str, bytes)) or values is None:
         raise TypeError(f"{name}={values!r} must be a numpy array, a torch tensor or a sequence of numbers")
     try:
@@ -736,6 +758,8 @@ def factorize(
             f"index is a {type(index).__name__} ({short(index)}), which has no order; pass a list or "
             "array of group ids, one per reward, in the rewards' order"
         )
+    if _xp.is_foreign(index):  # jax, cupy, array_api_strict, ...: read on the host
+        index = np.array(_xp.to_numpy(index)[0])  # a writable copy (torch refuses read-only views)
     if is_tensor(index):
         check_dense_tensor(index, "index")
         if index.dim() != 1:
@@ -964,12 +988,28 @@ def check_not_extended(arr: np.ndarray, name: str) -> None:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class ForeignReturner(Returner):
+    """:class:`Returner` for a caller of another array-API library (``sigma_ref._xp``)."""
+
+    foreign: Foreign | None = None
+
+    def __call__(self, result: np.ndarray, *, integer: bool = False) -> Any:
+        assert self.foreign is not None
+        return self.foreign.back(np.asarray(result), "int64" if integer else None)
+
+
 def numeric(values: Any, name: str) -> tuple[np.ndarray, Returner]:
     """``values`` (a number, sequence, numpy array or torch tensor) as float64 numpy."""
     if is_tensor(values):
         check_dense_tensor(values, name)
         back = Returner("torch", values.device, values.dtype)
         return values.detach().cpu().double().numpy() + 0.0, back  # a copy, -0.0 as +0.0
+    if _xp.is_foreign(values):  # jax, cupy, array_api_strict, ...
+        host, foreign = _xp.to_numpy(values)
+        if host.dtype.kind not in "biuf":
+            raise TypeError(f"{name} has dtype {host.dtype}; pass real numbers")
+        return host.astype(np.float64) + 0.0, ForeignReturner("foreign", foreign=foreign)  # -0.0 as +0.0
     if isinstance(values, (str, bytes)) or values is None:
         raise TypeError(f"{name}={values!r} must be a number or an array of numbers")
     kind = "scalar" if isinstance(values, numbers.Number) else "numpy"

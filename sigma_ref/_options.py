@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "LAYOUTS",
+    "FRAMEWORKS",
     "SPLITS",
     "LOSS_SCALES",
     "SPLIT_SIZES",
@@ -45,6 +46,8 @@ __all__ = [
 
 #: How a plain function is called (``spec/README.md``, "Call shapes").
 LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask", "sizes")
+#: ``--framework``: the array library of the implementation (``sigma_ref.conformance.frameworks``).
+FRAMEWORKS: tuple[str, ...] = ("auto", "torch", "jax")
 #: Level 5: how groups are sharded over ranks, and who scales micro-batch losses.
 SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
@@ -206,6 +209,13 @@ OPTIONS: tuple[Option, ...] = (
         "output",
         "where the advantages are in what the function returns: o[KEY] or o[INDEX]",
         metavar="KEY|INDEX",
+    ),
+    Option(
+        "framework",
+        "the array library the implementation is written in: auto (detected from its code, default), "
+        "torch, or jax (called with jax arrays, its loss differentiated by jax.grad)",
+        default="auto",
+        choices=FRAMEWORKS,
     ),
     Option(
         "loss",

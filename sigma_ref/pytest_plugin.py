@@ -306,6 +306,7 @@ def conformance_context(config: pytest.Config) -> Any:
                 precision=config.getoption("sigma_ref_precision", "auto") or "auto",
                 strict=bool(config.getoption("sigma_ref_strict", False)),
                 output=config.getoption("sigma_ref_output", None),
+                framework=config.getoption("sigma_ref_framework", None) or "auto",
                 aggregation=config.getoption("sigma_ref_aggregation", None),
                 clip=config.getoption("sigma_ref_clip", None),
                 aggregation_constant=config.getoption("sigma_ref_aggregation_constant", None),

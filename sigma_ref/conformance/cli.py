@@ -366,13 +366,14 @@ def _detect_here(args: argparse.Namespace) -> int:
     """``detect`` in this process (the child of :func:`_detect`): print the detection; 0 iff a preset."""
     from .adapter import load_adapter
     from .detect import detect_convention
+    from .frameworks import on_framework
     from .guard import ImplementationError, set_timeout
 
     if args.timeout is not None:
         set_timeout(args.timeout)
     _importable_cwd()
     try:
-        adapter = load_adapter(args.impl, layout=args.layout)
+        adapter = on_framework(load_adapter(args.impl, layout=args.layout), args.framework or "auto")
     except ValueError as exc:
         if isinstance(exc.__cause__, ImplementationError):
             print(f"FAIL: {exc}")
@@ -415,6 +416,8 @@ def _detect(args: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "sigma_ref.cli", "detect", args.impl, "--in-process"]
     if args.layout:
         argv += ["--layout", args.layout]
+    if args.framework not in (None, "auto"):
+        argv += ["--framework", args.framework]
     if args.timeout is not None:
         argv += ["--timeout", repr(args.timeout)]
     sys.stdout.flush()
@@ -455,6 +458,6 @@ def add_detect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "probes or no known convention matches, 2 on a usage error.",
     )
     p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
-    add_to_argparse(p, names=("layout", "timeout"))
+    add_to_argparse(p, names=("layout", "framework", "timeout"))
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=_detect)

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from .._options import seconds as timeout_option
@@ -46,6 +46,7 @@ __all__ = [
     "get_timeout",
     "timeout_option",
     "bounded_shrink",
+    "unclocked",
 ]
 
 T = TypeVar("T")
@@ -120,6 +121,7 @@ _alarm_at = 0.0  # when it goes off (time.monotonic())
 _deadline = 0.0  # time.monotonic() by which the running call must return
 _limit = 0.0  # its limit, for the re-fire interval
 _swallowed = 0  # alarms past the deadline in the running call (more than one: it catches them)
+_paused = False  # inside unclocked(): the running call's clock is stopped
 #: Called (with the message) when a call swallows ``STUBBORN`` alarms in a row; set by the pytest
 #: plugin under ``sigma-ref check``, where it records the verdict and ends the child process.
 _last_resort: Callable[[str], None] | None = None
@@ -147,6 +149,10 @@ def _on_alarm(signum: int, frame: Any) -> None:
     now = time.monotonic()
     left = _deadline - now
     _pending = True
+    if _paused:  # a compiler at work for the call (unclocked): look again in a second
+        _alarm_at = now + 1.0
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        return
     if left > 0:
         _alarm_at = _deadline
         signal.setitimer(signal.ITIMER_REAL, left)
@@ -161,6 +167,35 @@ def _on_alarm(signum: int, frame: Any) -> None:
     _alarm_at = now + min(_limit, 1.0)
     signal.setitimer(signal.ITIMER_REAL, min(_limit, 1.0))
     raise _Timeout
+
+
+@contextlib.contextmanager
+def unclocked() -> Iterator[None]:
+    """Time spent inside does not count against the running guarded call's limit.
+
+    For work a compiler does on the implementation's behalf, not the implementation's own run
+    time: JAX's XLA compiling a traced loss for a new input shape takes seconds on a busy machine
+    (``sigma_ref.conformance.frameworks``), and a verdict must not depend on the machine's load.
+    The deadline moves by the time spent; outside a guarded call this does nothing.
+
+    >>> def compile_then_run():
+    ...     with unclocked():
+    ...         time.sleep(0.2)  # past the limit, but not counted
+    ...     return "ran"
+    >>> call_guarded(compile_then_run, timeout=0.1)
+    'ran'
+    """
+    global _paused, _deadline
+    if not _armed or _paused:
+        yield
+        return
+    _paused = True
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        _deadline += time.monotonic() - start
+        _paused = False
 
 
 def _on_sigint(signum: int, frame: Any) -> None:

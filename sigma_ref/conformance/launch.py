@@ -90,6 +90,15 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
     if opts is None:
         raise ValueError("the context has no scale-out options (ScaleoutOptions): level 5 was not asked for")
     memo = ctx.memo
+    if "scaleout" not in memo and getattr(ctx.adapter.advantages, "__sigma_ref_framework__", None) == "jax":
+        memo["scaleout"] = PropertyFailure(
+            Finding(
+                "level 5 (--world-size, --micro-batches) runs torch.distributed ranks and is not yet "
+                "available for JAX code (its data parallelism is jax.sharding's); drop those options to run "
+                "levels 0-4",
+                opts.describe(),
+            )
+        )
     if "scaleout" not in memo:
         adapter = ctx.adapter
         aggregation = None if adapter.aggregation is None else resolve_aggregation(adapter.aggregation)

@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 #: Adapter modules of ``sigma_ref.spec.adapters``, in the matrix's order.
-PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf", "areal", "swift", "skyrl", "unsloth")
+PEERS: tuple[str, ...] = ("post", "trl", "verl", "openrlhf", "areal", "swift", "skyrl", "unsloth", "tunix")
 #: Distributions whose versions the matrix reports.
 VERSIONED: tuple[str, ...] = (
     "sigma-ref",
@@ -81,6 +81,8 @@ VERSIONED: tuple[str, ...] = (
     "ms-swift",
     "skyrl",
     "unsloth-zoo",
+    "google-tunix",
+    "jax",
 )
 _PROFILE = "sigma-ref-matrix"
 #: The scale-out column's data-parallel ranks W and micro-batches per rank M.

@@ -16,6 +16,7 @@ from ..objectives import resolve_aggregation
 from .adapter import Adapter, check_call, load_adapter, oracle_adapter
 from .core import LEVELS, Context, Outcome
 from .detect import Detection, detect_convention
+from .frameworks import on_framework
 from .levels import SCALEOUT_LEVEL
 from .losses import make_policy_loss
 from .precision import PRECISIONS
@@ -49,6 +50,7 @@ def build_context(
     tis_cap: float | None = None,
     tis_level: str | None = None,
     tis_mode: str | None = None,
+    framework: str = "auto",
 ) -> Context:
     """The context for a run: the adapter, what it should compute, and the detection.
 
@@ -65,7 +67,9 @@ def build_context(
     declare the :class:`Adapter` fields of those names. Each given option overrides the
     adapter's field. ``objective`` (``ppo``, ``gspo``, ``cispo``) with ``dual_clip``, ``kl``,
     ``kl_coef``, ``kl_placement``, ``tis_cap``, ``tis_level`` and ``tis_mode`` declares the loss's
-    :class:`~sigma_ref.objectives.Objective` (:func:`declare_objective`). A call that does not
+    :class:`~sigma_ref.objectives.Objective` (:func:`declare_objective`). ``framework``
+    (``auto``, ``torch``, ``jax``): the array library the implementation is written in; JAX code
+    runs behind :func:`~.frameworks.on_framework`'s bridge. A call that does not
     fit the layout raises :class:`~.adapter.CallMismatch` (a ``ValueError``) before any
     property runs; a bad combination of options, a ``ValueError`` naming the options and the fix.
     """
@@ -77,6 +81,7 @@ def build_context(
             adapter = load_adapter(adapter, loss=loss)
     else:
         adapter = load_adapter(impl, layout=layout, loss=loss, output=output)
+    adapter = on_framework(adapter, framework)  # JAX code behind the bridge (frameworks.py)
     if convention != "auto" and convention.lower() not in REFERENCE_NAMES:
         raise ValueError(f"--convention {convention!r} must be 'auto' or one of {', '.join(REFERENCE_NAMES)}")
     if precision != "auto" and precision not in PRECISIONS:

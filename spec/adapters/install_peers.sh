@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the GRPO peers the adapters call (TRL 1.16.0, verl 0.9.1, OpenRLHF 0.11.2, AReaL 1.0.4,
-# ms-swift 4.6.0, SkyRL 0.3.0, Unsloth 2026.10.9) on CPU into an existing venv that already has
-# sigma-ref and torch 2.13.0 (`make peers` runs this).
+# ms-swift 4.6.0, SkyRL 0.3.0, Unsloth 2026.10.9, and tunix 0.1.7 on jax 0.10.2) on CPU into an
+# existing venv that already has sigma-ref and torch 2.13.0 (`make peers` runs this).
 #
 #   usage: spec/adapters/install_peers.sh VENV/bin/pip
 #
@@ -21,6 +21,10 @@
 # modelscope, areal, ms-swift); their lines took 11 s (the five --no-deps wheels) and 8 s (the
 # SkyRL / ms-swift line) on a quiet machine, the AReaL line was installed a package at a time and
 # not timed as one; a re-run with everything present takes 2 s a line.
+# The JAX side (jax, array-api, tunix and its imports) adds 650 MB to a venv that has the rest
+# (jaxlib 350 MB, scipy 140 MB, tensorstore 65 MB); time: jax 10 s, flax 3 s, tunix 1 s on a
+# lightly loaded machine (metrax and the small ones not timed), 148 s for all of it in a fresh venv
+# on 2 cores shared with 8 other jobs (load average 10).
 set -euo pipefail
 PIP=${1:?usage: $0 VENV/bin/pip}
 PY="$(dirname "$PIP")/python"
@@ -48,6 +52,12 @@ step pipi --no-deps torchdata
 step pipi --no-deps areal==1.0.4 ms-swift==4.6.0 skyrl==0.3.0 unsloth==2026.10.9 unsloth-zoo==2026.10.9
 step pipi httpx colorlog tenacity flask lark uvloop numba aiofiles openai
 step pipi modelscope jaxtyping loguru skyrl-gym
+# JAX and the array API (the `jax` extra): jax on CPU, array-api-compat, array-api-strict
+step pipi "jax[cpu]==0.10.2" array-api-compat==1.16.0 array-api-strict==2.6.1
+# tunix (JAX): --no-deps (its metadata pulls tensorflow-datasets, grain, kagglehub, ...), then what
+# `tunix.rl.algo_core` and `tunix.rl.common` import
+step pipi --no-deps google-tunix==0.1.7
+step pipi flax==0.12.8 google-metrax==0.2.4 sentencepiece==0.2.3 perfetto==0.59.1
 
 "$PY" - <<'PY'
 import sys
@@ -58,7 +68,7 @@ from sigma_ref.conformance.matrix import adapter_module, installed_versions
 if not torch.__version__.startswith("2.13.0"):
     sys.exit(f"torch {torch.__version__} was installed over 2.13.0: remove the venv and start again")
 batch = Batch.grouped([[1.0, 0.0, 0.0, 0.0]])
-for peer in ("trl", "verl", "openrlhf", "areal", "swift", "skyrl", "unsloth"):
+for peer in ("trl", "verl", "openrlhf", "areal", "swift", "skyrl", "unsloth", "tunix"):
     module = adapter_module(peer)
     if module.unavailable():
         sys.exit(module.unavailable())
