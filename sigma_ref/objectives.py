@@ -108,7 +108,8 @@ def aggregation_weights(
     num_tokens: float | None = None,
     num_seqs: float | None = None,
 ) -> torch.Tensor:
-    """Per-token loss weights ``w [N, T]`` of an aggregation mode, with ``L = sum_it w_it ell_it``.
+    """Per-token loss weights ``w [N, T]`` of an aggregation mode, with ``L = sum_it w_it ell_it``
+    (float64, on ``mask``'s device).
 
     With ``N_tok = sum mask``, ``N_seq`` = rows with at least one token (verl drops empty rows
     from the count), ``|y_i| = sum_t mask_it`` and ``C = constant`` (default: the padded
@@ -149,7 +150,8 @@ def aggregation_weights(
     )
     if mode.startswith("seq-mean") and n_seq == 0:
         raise ValueError(f"mask has no non-empty row; {mode} of an empty batch is undefined")
-    return _weights_from_counts(m, mode, n_tok, n_seq, c)
+    weights = _weights_from_counts(m, mode, n_tok, n_seq, c)
+    return weights.to(mask.device) if isinstance(mask, torch.Tensor) else weights
 
 
 def _count(value: float, name: str, what: str) -> torch.Tensor:

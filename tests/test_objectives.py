@@ -544,3 +544,14 @@ def test_objective_errors_name_the_field():
         O.kl_estimate(logp, old, "k5")
     with pytest.raises(ValueError, match="level='batch'"):
         O.importance_weights(old, old, mask, cap=2.0, level="batch")
+
+
+@pytest.mark.cuda
+def test_aggregation_weights_stay_on_the_masks_device() -> None:
+    """A CUDA mask gets CUDA weights (the reference loss of level 5 multiplies them with CUDA log-probs
+    on nccl ranks), equal to the CPU ones."""
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"):
+        on_gpu = aggregation_weights(mask.cuda(), mode, num_tokens=10, num_seqs=4)
+        assert on_gpu.device.type == "cuda"
+        assert torch.equal(on_gpu.cpu(), aggregation_weights(mask, mode, num_tokens=10, num_seqs=4))
