@@ -552,6 +552,6 @@ def test_aggregation_weights_stay_on_the_masks_device() -> None:
     on nccl ranks), equal to the CPU ones."""
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"):
-        on_gpu = aggregation_weights(mask.cuda(), mode, num_tokens=10, num_seqs=4)
+        on_gpu = O.aggregation_weights(mask.cuda(), mode, num_tokens=10, num_seqs=4)
         assert on_gpu.device.type == "cuda"
-        assert torch.equal(on_gpu.cpu(), aggregation_weights(mask, mode, num_tokens=10, num_seqs=4))
+        assert torch.equal(on_gpu.cpu(), O.aggregation_weights(mask, mode, num_tokens=10, num_seqs=4))
