@@ -151,6 +151,28 @@ assert sp.simplify((N_win / N_gen).subs(N_win, N_gen * GA / spg) - GA / spg) == 
 trl_factor
 
 # %% [markdown]
+# ## The trainer's 1/M is a reading of one measurement
+#
+# Whether the trainer divides each micro-batch's loss by `M` is outside the loss. Back-propagation
+# is linear, so for every scope the gradient accumulated with the trainer's `1/M` is exactly the
+# one accumulated without it, divided by `M`: the level-5 check measures one and judges both
+# readings (`sigma_ref.conformance.normalisers.readings`). A loss is right under the reading
+# `none` iff its `(scope, lambda)` is `(global, W)` and under `mean-over-micro-batches` iff it is
+# `(global, W M)`; the normaliser patterns the check names are the other `(scope, lambda)`, plus
+# counts taken outside the batch's mask (the generation batch of several optimizer steps, the
+# mask before truncated responses were removed), whose factor is `count_step / count_outside`.
+
+# %%
+for scope in ("global", "rank", "micro-batch"):
+    assert sp.simplify(accumulated(scope, lam / M) - accumulated(scope, lam) / M) == 0, scope
+assert sp.simplify(accumulated("global", W) - full) == 0
+assert sp.simplify(accumulated("global", W * M) / M - full) == 0
+N_out = sp.Symbol("N_outside", positive=True)
+outside = sum(W * U[r, m] / N_out for r, m in n) / W  # the global scope with an outside count
+assert sp.simplify(outside / full - N / N_out) == 0
+"the two readings differ by exactly M; an outside count scales by N / N_outside"
+
+# %% [markdown]
 # ## The factor table
 #
 # `factor` of a token against the full-batch weight, for equal piece counts (`E`) and in general

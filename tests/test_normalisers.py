@@ -297,3 +297,29 @@ def test_every_pattern_has_a_wrong_and_a_correct_entry() -> None:
     assert len({e.name for e in itertools.chain(gallery.WRONG, gallery.CORRECT)}) == len(gallery.WRONG) + len(
         gallery.CORRECT
     )
+
+
+@pytest.mark.slow
+def test_no_verdict_changes_when_the_declared_loss_scale_is_wrong() -> None:
+    """Issue 26: every level-5 gallery loss (both galleries) run under each declaration of the trainer's
+    1/M gets the same verdict on every property at W = 2, M = 1, 2, 3; the lines say which reading the
+    loss is right under."""
+    from tests.gallery import scaleout_losses
+
+    jobs, names = [], []
+    for entry in gallery.CORRECT + gallery.WRONG:
+        for declared in nm.READINGS:
+            options = {**entry.kwargs(), "loss_scale": declared}
+            jobs.append(ScaleoutJob(scaleout_advantages(), entry.loss, micro_batches=GRID_M, **options))
+            names.append((entry.name, declared))
+    for case in scaleout_losses.CORRECT + scaleout_losses.WRONG:
+        for declared in nm.READINGS:
+            options = {**case.kwargs(), "loss_scale": declared}
+            jobs.append(ScaleoutJob(case.advantages, case.loss, micro_batches=GRID_M, **options))
+            names.append((case.name, declared))
+    reports = run_scaleout_many(jobs, world_size=2)
+    verdicts: dict[str, list[list[tuple[str, str]]]] = {}
+    for (name, _), report in zip(names, reports, strict=True):
+        verdicts.setdefault(name, []).append([(r.property, r.verdict) for r in report.results])
+    changed = {name: v for name, v in verdicts.items() if v[0] != v[1]}
+    assert not changed, changed

@@ -788,7 +788,12 @@ SCALEOUT_CELLS = [
     ("verl", "loss[token-mean]", "pass"),
     ("verl", "loss[seq-mean-token-sum-norm]", "pass"),
     ("trl", "loss[dapo]", "pass"),
-    ("trl", "loss[bnpo]", "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch"),
+    (
+        "trl",
+        "loss[bnpo]",
+        "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch and divided by M in "
+        "the loss",
+    ),
     ("trl", "loss[cispo]", "invariant; FAIL 0.2x the token-mean prediction (as at W = 1, M = 1)"),
     ("openrlhf", "group_norm", "pass"),
     ("verl", "policy[geo_mean]", "FAIL 2x the full-batch gradient: normaliser computed per micro-batch"),

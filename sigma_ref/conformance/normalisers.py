@@ -493,8 +493,13 @@ class Judge:
         split: str,
         declared: str,
         c: float,
+        resid: float = 0.0,
     ) -> str | None:
-        """``scaleout_gradient[W, M]``'s FAIL message naming the class every probe confirms, or None."""
+        """``scaleout_gradient[W, M]``'s FAIL message naming the class every probe confirms, or None.
+
+        ``c``: the least-squares factor of the measured gradient against the full batch's under the
+        declared reading; ``resid``: the share of the gradient it leaves (``~c`` when above 1e-6).
+        """
         if self.mode is None:
             return None
         keys = [(W, M, split), (1, M, "whole-groups"), (1, M + 1, "whole-groups"), (W, 1, split)]
@@ -503,10 +508,13 @@ class Judge:
             return None
         other = READINGS[1 - READINGS.index(declared)]
         c_other = c / M if other == "mean-over-micro-batches" else c * M
+        approx = "~" if resid > 1e-6 else ""
         measured = (
-            f"the accumulated, rank-averaged gradient is {c:.3g}x the full-batch gradient at W = {W}, "
-            f"M = {M} under loss_scale={declared!r} ({c_other:.3g}x under {other!r})"
+            f"the accumulated, rank-averaged gradient is {approx}{c:.3g}x the full-batch gradient at "
+            f"W = {W}, M = {M} under loss_scale={declared!r} ({approx}{c_other:.3g}x under {other!r})"
         )
+        if approx:
+            measured += f"; {resid:.0%} of it is not a multiple of the full-batch gradient"
         return self._words(found, self.mode, where).format(measured=measured)
 
     def name_prediction(

@@ -1070,7 +1070,7 @@ def _per_split(
             )
         )
     else:
-        named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c)
+        named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c, resid)
         results.append(
             ScaleoutResult(
                 prop,
