@@ -109,4 +109,4 @@ def test_level5_takes_the_sizes_layout() -> None:
         micro_batches=2,
         aggregation="token-mean",
     )
-    assert "PASS" in report.summary().splitlines()[0] and "FAIL" not in report.summary(), report.summary()
+    assert "pass" in report.summary().splitlines()[0] and "FAIL" not in report.summary(), report.summary()

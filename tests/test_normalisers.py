@@ -202,10 +202,10 @@ def test_a_prompt_mean_loss_is_detected_and_judged_at_level_5() -> None:
     runs = {(w, m, "whole-groups"): {"grad": g.tolist(), "advantages": adv.tolist()} for w, m in keys}
     kw = {"W": 2, "Ms": (2,), "split": "whole-groups", "loss_scale": "none", "sizes": "uneven"}
     noted = scaleout._analyse(runs, batch, aggregation=None, **kw)  # type: ignore[arg-type]
-    assert [r.verdict for r in noted] == ["PASS", "NOTE", "PASS"]
+    assert [r.verdict for r in noted] == ["pass", "NOTE", "pass"]
     assert "detected on the full batch: prompt-mean" in noted[1].message
     declared = scaleout._analyse(runs, batch, aggregation="prompt-mean", **kw)  # type: ignore[arg-type]
-    assert all(r.verdict == "PASS" for r in declared), [r.line() for r in declared]
+    assert all(r.verdict == "pass" for r in declared), [r.line() for r in declared]
 
 
 def test_a_scope_outside_the_batch_needs_its_counts() -> None:
