@@ -757,6 +757,8 @@ SCALEOUT_CELLS = [
     ("trl", "loss[bnpo]", "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch"),
     ("trl", "loss[cispo]", "invariant; FAIL 0.2x the token-mean prediction (as at W = 1, M = 1)"),
     ("openrlhf", "group_norm", "pass"),
+    ("unsloth", "loss[dapo]", "pass"),
+    ("unsloth", "loss[bnpo]", "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch"),
 ]
 
 
