@@ -808,6 +808,8 @@ SCALEOUT_CELLS = [
     ("trl", "loss[dapo, beta=0.04, use_bias_correction_kl=False]", "pass"),
     ("openrlhf", "kl[k3]", "pass"),
     ("openrlhf", "policy[is_correction token clip 0,2]", "pass"),
+    ("unsloth", "loss[dapo]", "pass"),
+    ("unsloth", "loss[bnpo]", "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch"),
 ]
 
 
