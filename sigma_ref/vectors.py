@@ -437,6 +437,12 @@ def _objectives() -> list[tuple[str, dict[str, Any], list[float]]]:
         ),
         ("gspo", {"kind": "gspo", "eps_low": 3e-4, "eps_high": 4e-4}, [1.0001, 0.9999, 1.0002, 1.0]),
         ("gspo-clipped", {"kind": "gspo", "eps_low": 3e-4, "eps_high": 4e-4}, [1.3, 0.7, 1.2, 0.8]),
+        (
+            "gspo-token",
+            {"kind": "gspo-token", "eps_low": 3e-4, "eps_high": 4e-4},
+            [1.0001, 0.9999, 1.0002, 1.0],
+        ),
+        ("gspo-token-tis", {"kind": "gspo-token", "tis_cap": 2.0}, [1.0001, 0.9999, 1.0002, 1.0]),
         ("cispo", {"kind": "cispo", "eps_low": math.inf, "eps_high": 4.0}, [0.5, 1.0, 4.9, 5.1, 8.0]),
         ("tis-token", {"kind": "ppo", "tis_cap": 2.0}, around),
         ("tis-sequence", {"kind": "ppo", "tis_cap": 2.0, "tis_level": "sequence"}, around),
@@ -444,6 +450,8 @@ def _objectives() -> list[tuple[str, dict[str, Any], list[float]]]:
         ("kl-k1", {"kind": "ppo", "kl": "k1", "kl_coef": 0.04}, around),
         ("kl-k2", {"kind": "ppo", "kl": "k2", "kl_coef": 0.04}, around),
         ("kl-k3", {"kind": "ppo", "kl": "k3", "kl_coef": 0.04}, around),
+        ("kl-k3-is", {"kind": "ppo", "kl": "k3-is", "kl_coef": 0.04}, around),
+        ("tis-geometric", {"kind": "ppo", "tis_cap": 2.0, "tis_level": "geometric"}, around),
     ]
 
 
