@@ -101,7 +101,7 @@ def test_adapter_argument_errors() -> None:
     """Bad adapters fail with the fix."""
     with pytest.raises(ValueError, match="layout='rows'"):
         Adapter(lambda r: r, "rows")
-    with pytest.raises(ValueError, match="ragged=True needs layout 'index', 'token' or 'keep-mask'"):
+    with pytest.raises(ValueError, match="ragged=True needs layout 'index', 'token', 'keep-mask' or 'sizes'"):
         Adapter(lambda r, g: r, "contiguous", ragged=True)
     with pytest.raises(ValueError, match="choose from"):
         Adapter(lambda r, g: r, "contiguous", dtypes=("int8",))
