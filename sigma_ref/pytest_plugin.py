@@ -295,6 +295,13 @@ def conformance_context(config: pytest.Config) -> Any:
             if progress is not None:
                 progress.write("error", kind="implementation" if own else "usage", message=str(exc))
             raise pytest.UsageError(f"sigma-ref: {'FAIL: ' if own else ''}{exc}") from None
+        built: Any = state["context"]
+        jax_code = getattr(built.adapter.advantages, "__sigma_ref_framework__", None) == "jax"
+        if jax_code and (
+            config.getoption("sigma_ref_world_size", None)
+            or config.getoption("sigma_ref_micro_batches", None)
+        ):
+            raise pytest.UsageError(f"sigma-ref: {_JAX_LEVEL5}")
         forced = config.getoption("hypothesis_seed", None)
         if forced is not None:
             state["seed"] = int(forced)
@@ -304,6 +311,10 @@ def conformance_context(config: pytest.Config) -> Any:
 
 
 _SCALEOUT_KEY = pytest.StashKey[Any]()
+_JAX_LEVEL5 = (
+    "level 5 (--world-size, --micro-batches) runs torch.distributed ranks and is not yet available for "
+    "JAX code (its data parallelism is jax.sharding's); drop those options to run levels 0-4"
+)
 
 
 def scaleout_report(config: pytest.Config) -> Any:
@@ -328,11 +339,7 @@ def scaleout_report(config: pytest.Config) -> Any:
                 loss = "sigma_ref.conformance.scaleout:oracle_loss"
                 aggregation = aggregation or "token-mean"
         if getattr(conformance_context(config).adapter.advantages, "__sigma_ref_framework__", None) == "jax":
-            config.stash[_SCALEOUT_KEY] = ValueError(
-                "level 5 (--world-size, --micro-batches) runs torch.distributed ranks and is not yet "
-                "available for JAX code (its data parallelism is jax.sharding's); drop those options to "
-                "run levels 0-4"
-            )
+            config.stash[_SCALEOUT_KEY] = ValueError(_JAX_LEVEL5)
             return config.stash[_SCALEOUT_KEY]
         try:
             config.stash[_SCALEOUT_KEY] = run_scaleout(
