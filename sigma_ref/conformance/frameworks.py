@@ -21,7 +21,9 @@ and every derivative the verdicts read.
 * Speed: a loss runs as ``jax.jit(jax.value_and_grad(loss))``, compiled once per input shape (eager
   jax compiles every operation for every new shape, ten times slower on the suite's varied
   batches); a loss that cannot be traced (Python control flow on values) runs eagerly instead.
-  Advantage functions run eagerly, as written.
+  Tracing and compiling do not count against the per-call time limit (seconds on a loaded
+  machine: a verdict must not depend on the load); running the compiled loss does. Advantage
+  functions run eagerly, as written.
 * Level 5 (``torch.distributed`` ranks) is not yet run on JAX code: a JAX trainer shards with
   ``jax.sharding``, not with torch's process groups (``sigma-ref check --world-size`` says so).
 """
@@ -264,9 +266,11 @@ def _compiled(call: _Call) -> tuple[Any, dict[str, bool]] | None:
 
 
 class _Precompiled:
-    """A ``jax.jit`` function whose XLA compilation for each new input signature runs outside the
-    suite's per-call clock (:func:`~.guard.unclocked`): tracing runs the implementation's Python
-    and is timed; compiling is XLA's work, seconds on a loaded machine, and is not."""
+    """A ``jax.jit`` function whose tracing and XLA compilation for each new input signature run
+    outside the suite's per-call clock (:func:`~.guard.unclocked`): JAX's work, seconds on a loaded
+    machine, which must not turn into a verdict; running the compiled loss is timed. (A loss whose
+    Python never finishes tracing is then caught by ``sigma-ref check``'s limit on the whole run,
+    not by the per-call one.)"""
 
     def __init__(self, jitted: Any) -> None:
         self.jitted = jitted
@@ -278,9 +282,8 @@ class _Precompiled:
         signature = tuple((v.shape, str(v.dtype)) for v in values)
         executable = self.executables.get(signature)
         if executable is None:
-            lowered = self.jitted.lower(values)  # traces the loss: the implementation's own code
             with unclocked():
-                executable = lowered.compile()
+                executable = self.jitted.lower(values).compile()
             self.executables[signature] = executable
         return executable(values)
 

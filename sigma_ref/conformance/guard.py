@@ -174,7 +174,7 @@ def unclocked() -> Iterator[None]:
     """Time spent inside does not count against the running guarded call's limit.
 
     For work a compiler does on the implementation's behalf, not the implementation's own run
-    time: JAX's XLA compiling a traced loss for a new input shape takes seconds on a busy machine
+    time: JAX tracing and XLA compiling a loss for a new input shape take seconds on a busy machine
     (``sigma_ref.conformance.frameworks``), and a verdict must not depend on the machine's load.
     The deadline moves by the time spent; outside a guarded call this does nothing.
 

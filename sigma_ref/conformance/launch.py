@@ -75,6 +75,12 @@ class ScaleoutOptions:
         return f"W={self.world_size}, M={','.join(map(str, self.micro_batches))}, {self.split}"
 
 
+JAX_LEVEL5 = (
+    "level 5 (--world-size, --micro-batches) runs torch.distributed ranks and is not yet available for "
+    "JAX code (its data parallelism is jax.sharding's); drop those options to run levels 0-4"
+)
+
+
 def scaleout_report(ctx: Context) -> ScaleoutReport:
     """The level-5 report of ``ctx`` (``ctx.scaleout`` must be set): run once, then kept in its memo.
 
@@ -91,14 +97,7 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
         raise ValueError("the context has no scale-out options (ScaleoutOptions): level 5 was not asked for")
     memo = ctx.memo
     if "scaleout" not in memo and getattr(ctx.adapter.advantages, "__sigma_ref_framework__", None) == "jax":
-        memo["scaleout"] = PropertyFailure(
-            Finding(
-                "level 5 (--world-size, --micro-batches) runs torch.distributed ranks and is not yet "
-                "available for JAX code (its data parallelism is jax.sharding's); drop those options to run "
-                "levels 0-4",
-                opts.describe(),
-            )
-        )
+        memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {JAX_LEVEL5}", opts.describe()))
     if "scaleout" not in memo:
         adapter = ctx.adapter
         aggregation = None if adapter.aggregation is None else resolve_aggregation(adapter.aggregation)
