@@ -119,6 +119,19 @@ def check_output(
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ValueError(f"{where}: the directory {parent} does not exist; create it or pick another path")
+    try:
+        info: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot inspect it ({exc.strerror})") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{where}: is a directory; give a file name inside it")
+    link = info is not None and stat.S_ISLNK(info.st_mode)
+    if link and not force:
+        raise ValueError(f"{where}: is a symbolic link; pass --force to replace the link (not its target)")
+    if info is not None and not link and not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{where}: is not a regular file (a device, FIFO or socket); write to a file")
     try:  # the output is written as a temporary file there, then renamed: try that now
         fd, probe = tempfile.mkstemp(prefix=".sigma-ref-", suffix=".tmp", dir=parent)
         os.close(fd)
@@ -127,23 +140,7 @@ def check_output(
         raise ValueError(
             f"{where}: cannot create a file in {parent} ({exc.strerror}); pick another path"
         ) from None
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot inspect it ({exc.strerror})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise ValueError(f"{where}: is a directory; give a file name inside it")
-    if stat.S_ISLNK(info.st_mode):
-        if not force:
-            raise ValueError(
-                f"{where}: is a symbolic link; pass --force to replace the link (not its target)"
-            )
-        return
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{where}: is not a regular file (a device, FIFO or socket); write to a file")
-    if force:
+    if info is None or link or force:
         return
     try:
         with open(path, "rb") as fh:

@@ -221,6 +221,24 @@ def pytest_configure(config: pytest.Config) -> None:
             os._exit(1)
 
         guard._last_resort = stop
+    elif config.getoption("sigma_ref_impl", None):  # the pytest route: no parent to report a hang
+
+        def stop_here(message: str) -> None:  # one line instead of a silent wait past every limit
+            import sys
+
+            capture = config.pluginmanager.getplugin("capturemanager")
+            if capture is not None:  # the line must reach the terminal, not pytest's capture file
+                capture.suspend_global_capture(in_=False)
+            sys.__stderr__.write(  # type: ignore[union-attr]
+                f"\nsigma-ref: FAIL: the implementation {message}; the run was stopped with no "
+                "summary (pytest route; `sigma-ref check` reports what finished)\n"
+            )
+            sys.__stderr__.flush()  # type: ignore[union-attr]
+            os._exit(1)
+
+        from sigma_ref.conformance import guard
+
+        guard._last_resort = stop_here
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -241,6 +259,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(progress.exitstatus)
+    elif config.getoption("sigma_ref_impl", None):  # the pytest route's last resort (configure)
+        from sigma_ref.conformance import guard
+
+        guard._last_resort = None
     if config.getoption("sigma_ref_timeout", None) is not None:
         from sigma_ref.conformance.guard import DEFAULT_TIMEOUT, set_timeout
 

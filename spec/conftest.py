@@ -76,7 +76,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 #: The pytest route's header warning (``spec/README.md``, "When the code under test misbehaves").
 UNPROTECTED = (
-    "sigma-ref: the implementation runs in this pytest process: os._exit, a crash or a hang that "
-    "swallows the time limit ends or stalls the run with no summary; `sigma-ref check` runs it "
-    "in a child process and reports them"
+    "sigma-ref: the implementation runs in this pytest process: os._exit or a crash ends the run "
+    "with no summary (a hang that swallows the time limit stops it with one line); `sigma-ref "
+    "check` runs it in a child process and reports them"
 )

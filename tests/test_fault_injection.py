@@ -221,3 +221,35 @@ def test_the_pytest_route_says_it_does_not_protect_itself(scratch: Path) -> None
         timeout=LIMIT_S,
     )
     assert "runs in this pytest process" in done.stdout and "sigma-ref check" in done.stdout, done.stdout
+
+
+def test_the_pytest_route_stops_a_stubborn_hang_in_one_line(scratch: Path) -> None:
+    """A call that swallows the time limit: exit 1 and one FAIL line within seconds, not a
+    silent wait of the whole hypothesis run."""
+    start = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(ROOT / "spec"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--sigma-ref-impl",
+            "tests.gallery.hostile:hangs_stubbornly",
+            "--sigma-ref-layout",
+            "contiguous",
+            "--sigma-ref-timeout",
+            "1",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), CI="true"),
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+    )
+    seconds = time.monotonic() - start
+    assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
+    assert "sigma-ref: FAIL: the implementation did not return within 1 s and caught the 3" in done.stderr
+    assert seconds < 60, seconds

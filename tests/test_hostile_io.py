@@ -244,3 +244,17 @@ def test_check_never_overwrites_the_code_under_test(here: Path, capsys: pytest.C
         ["check", "trainer:adv", "--report", "trainer.py", "--force"], capsys, "is an input of this run"
     )
     assert _digest(here) == before
+
+
+def test_a_hang_at_exit_is_not_blamed_between_two_properties() -> None:
+    from sigma_ref.conformance.cli import abnormal_summary
+
+    events = [
+        {"event": "context"},
+        {"event": "started", "nodeid": "spec/x.py::test_a"},
+        {"event": "finished", "nodeid": "spec/x.py::test_a", "outcome": "pass"},
+        {"event": "end", "threads": []},
+    ]
+    text = abnormal_summary(events, "no end within 300 s (killed)")
+    assert "between two properties" not in text
+    assert "after every property had finished (while the process was exiting)" in text

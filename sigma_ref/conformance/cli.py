@@ -130,6 +130,8 @@ def abnormal_summary(events: list[dict[str, Any]], ended: str) -> str:
             finished[e["nodeid"]] = e["outcome"]
             running = None
             phase = "between two properties"
+        elif kind == "end":  # every property had its verdict: the process did not exit after
+            phase = "after every property had finished (while the process was exiting)"
     lines = ["sigma-ref conformance: the run did not finish"]
     for nodeid, verdict in finished.items():
         lines.append(f"{verdict:<4} {_test_name(nodeid)}")

@@ -161,6 +161,7 @@ class Context:
         shape = self.adapter.expected_shape(batch)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
             got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+            del out  # the failure's traceback (kept by hypothesis) must not hold a huge result
             raise PropertyFailure(
                 Finding(f"out.shape={got}, but should be {shape}", self.adapter.call_repr(batch))
             )
