@@ -72,10 +72,12 @@ def test_the_oracle_in_the_sizes_layout_passes_every_property() -> None:
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("case", CORRECT, ids=lambda c: c.name)
 def test_correct_sizes_code_passes(case, seed: int, profile: str) -> None:  # type: ignore[no-untyped-def]
-    """No FAIL and no WARN with the convention declared; undeclared, the convention is detected."""
+    """No FAIL with the convention declared, and no WARN but hygiene (a NaN reward's group turning NaN,
+    as trainers' torch.mean / torch.std do); undeclared, the convention is detected."""
     ctx = build_context(case_adapter(case, declare=True))
     outcomes = run_suite(ctx, max_examples=5, shrink=False, seed=seed)
-    assert not [(o.name, o.message) for o in outcomes if o.verdict in ("FAIL", "WARN")]
+    assert not [(o.name, o.message) for o in outcomes if o.verdict == "FAIL"]
+    assert not [(o.name, o.message) for o in outcomes if o.verdict == "WARN" and o.name != "nan_rewards"]
     detected = build_context(case_adapter(case, declare=False))
     assert detected.detection is not None and detected.detection.preset == case.convention
 
@@ -109,4 +111,4 @@ def test_level5_takes_the_sizes_layout() -> None:
         micro_batches=2,
         aggregation="token-mean",
     )
-    assert "pass" in report.summary().splitlines()[0] and "FAIL" not in report.summary(), report.summary()
+    assert "pass" in report.summary().splitlines()[0].lower() and "FAIL" not in report.summary(), report.summary()

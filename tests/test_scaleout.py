@@ -330,7 +330,7 @@ def test_cli_names_the_bug_class_with_its_factor(capsys: pytest.CaptureFixture[s
     assert code == 1, out
     # its micro-batch sums add up to its own full-batch sum: right under the reading 'none', 0.5x under
     # the declared 1/M; the verdict comes from the aggregation, not from the declaration
-    assert "PASS scaleout_gradient[W=1,M=2]" in out and "right under loss_scale='none'" in out
+    assert "pass scaleout_gradient[W=1,M=2]" in out and "right under loss_scale='none'" in out
     assert "Declared loss_scale='mean-over-micro-batches', under which it is 0.5x" in out
     assert "FAIL scaleout_prediction[seq-mean-token-sum-norm,W=1,M=2]" in out
     assert "the loss does not aggregate as declared" in out

@@ -147,7 +147,7 @@ def test_keep_mask_on_reward_spread_fails_when_declared_accuracy() -> None:
     """Dropping on the rewards' spread keeps an all-correct group of shaped rewards: caught and named."""
     out = _verdict(S.KEEP_SPREAD_AS_ACCURACY, "keep_mask_rule")
     assert out.verdict == "FAIL" and out.finding is not None and out.finding.confirmed
-    assert "spread of the rewards, not of the accuracy" in out.message
+    assert "to the shaped reward, not the accuracy" in out.message
     assert (
         _verdict(S.KEEP_SPREAD_AS_ACCURACY.replace(keep_metric="reward"), "keep_mask_rule").verdict == "pass"
     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 import types
 from collections.abc import Callable
@@ -172,10 +173,11 @@ def _loss(loss_type: str, **options: Any) -> Callable[..., torch.Tensor]:
     return fn
 
 
-def _at_scale(loss_type: str) -> Callable[..., torch.Tensor]:
-    """``grpo_compute_loss`` on one of W processes with M accumulation steps, as Unsloth's trainer
-    calls it: ``num_items_in_batch`` the generation batch's token count (every process and
-    micro-batch), ``current_gradient_accumulation_steps`` M, ``num_processes`` W."""
+def _at_scale(loss_type: str, options: tuple[tuple[str, Any], ...] = ()) -> Callable[..., torch.Tensor]:
+    """``grpo_compute_loss`` with ``loss_type`` and ``options`` on one of W processes with M
+    accumulation steps, as Unsloth's trainer calls it: ``num_items_in_batch`` the generation batch's
+    token count (every process and micro-batch), ``current_gradient_accumulation_steps`` M,
+    ``num_processes`` W; the reference and rollout log-probs by keyword when the options use them."""
 
     def loss(
         logp: torch.Tensor,
@@ -186,6 +188,8 @@ def _at_scale(loss_type: str) -> Callable[..., torch.Tensor]:
         global_num_tokens: int,
         world_size: int,
         micro_batches: int,
+        ref_logp: torch.Tensor | None = None,
+        rollout_logp: torch.Tensor | None = None,
     ) -> torch.Tensor:
         items = torch.tensor(float(global_num_tokens), dtype=logp.dtype)
         return _call(
@@ -194,13 +198,18 @@ def _at_scale(loss_type: str) -> Callable[..., torch.Tensor]:
             advantages,
             mask,
             loss_type,
-            {},
+            dict(options),
             items=items,
             accumulation=micro_batches,
             processes=world_size,
+            ref_logp=ref_logp,
+            rollout_logp=rollout_logp,
         )
 
-    loss.__name__ = f"unsloth_zoo.grpo_compute_loss[loss_type={loss_type}, W processes, M accumulation steps]"
+    extra = "".join(f", {k}={v}" for k, v in options)
+    loss.__name__ = (
+        f"unsloth_zoo.grpo_compute_loss[loss_type={loss_type}{extra}, W processes, M accumulation steps]"
+    )
     return loss
 
 
@@ -327,14 +336,30 @@ NOTES: dict[str, str] = {
     },
 }
 
+
 #: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
-AT_SCALE = types.SimpleNamespace(**{t: _at_scale(t) for t in LOSS_TYPES})
+def _attr(mode: str) -> str:
+    """A row's name as an attribute of :data:`AT_SCALE`: ``loss[dapo, delta=1.5]`` -> ``dapo_delta_1_5``."""
+    return re.sub(r"\W+", "_", mode.removeprefix("loss[").removesuffix("]")).strip("_")
+
+
+AT_SCALE = types.SimpleNamespace(
+    **{t: _at_scale(t) for t in LOSS_TYPES},
+    **{_attr(mode): _at_scale(t, tuple(sorted(o.items()))) for mode, (t, o, _obj) in VARIANTS.items()},
+)
 _HOW = "num_items_in_batch, num_processes, current_gradient_accumulation_steps"
 #: The level-5 column: every loss type on W processes with M accumulation steps.
 SCALEOUT: dict[str, ScaleOut | str] = {
     f"loss[{t}]": ScaleOut(t, resolve_aggregation(t), constant=HORIZON if t == "dr_grpo" else None, how=_HOW)
     for t in LOSS_TYPES
 }
+# the variants: their own loss at scale, predicted where the oracle has the objective
+SCALEOUT.update(
+    {
+        mode: ScaleOut(_attr(mode), resolve_aggregation(t) if obj is not None else None, how=_HOW)
+        for mode, (t, _o, obj) in VARIANTS.items()
+    }
+)
 
 NOT_APPLICABLE: dict[str, str] = {
     "advantages": "Unsloth's GRPOTrainer keeps TRL's advantages (the TRL rows); only the loss is its own",

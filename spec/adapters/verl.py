@@ -485,6 +485,7 @@ AT_SCALE = types.SimpleNamespace(
     **{_attr(f"policy[{name}]"): _at_scale("token-mean", name) for name in _REGISTRY_OBJECTIVES},
     **{_attr(f"kl[{kl}]"): _at_scale("token-mean", kl=kl, kl_coef=KL_COEF) for kl in _KL_TYPES},
     **{_attr(f"rollout_corr[{level}]"): _at_scale("token-mean", rollout_is=level) for level in _ROLLOUT_IS},
+    **{_attr("policy[gspo, rollout_is=token]"): _at_scale("token-mean", "gspo", rollout_is="token")},
 )
 
 LOSS_ONLY: dict[str, tuple[str, ...]] = {
@@ -515,6 +516,7 @@ SCALEOUT: dict[str, ScaleOut | str] = {
             *(f"policy[{name}]" for name, objective in _REGISTRY_OBJECTIVES.items() if objective is not None),
             *(f"kl[{kl}]" for kl in _KL_TYPES if _KL_TYPES[kl] != "k1"),
             *(f"rollout_corr[{level}]" for level in _ROLLOUT_IS),
+            "policy[gspo, rollout_is=token]",
         )
     },
     # an objective the oracle does not have (OBJECTIVE_NOTES), and k1 in the loss (its gradient

@@ -264,7 +264,7 @@ CASES: list[Case] = [
         None,
         shape="keep-mask",
         breaks=("keep_mask_rule",),
-        cause_words=("accuracy", "spread of the rewards"),
+        cause_words=("accuracy", "shaped reward"),
         note="keeps all-correct (and all-wrong) groups whose shaping bonus differs",
         keep_metric="accuracy",
     ),

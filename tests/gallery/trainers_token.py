@@ -619,7 +619,7 @@ CASES: list[Case] = [
         keep_mask=keep_mask_reward_spread,
         shape="keep-mask",
         breaks=("keep_mask_rule",),
-        cause_words=("accuracy", "spread of the rewards"),
+        cause_words=("accuracy", "shaped reward"),
         note="keeps all-correct (and all-wrong) groups whose format bonus differs: no accuracy signal",
         keep_metric="accuracy",
     ),
