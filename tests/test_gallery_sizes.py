@@ -111,4 +111,5 @@ def test_level5_takes_the_sizes_layout() -> None:
         micro_batches=2,
         aggregation="token-mean",
     )
-    assert "pass" in report.summary().splitlines()[0].lower() and "FAIL" not in report.summary(), report.summary()
+    summary = report.summary()
+    assert "pass" in summary.splitlines()[0].lower() and "FAIL" not in summary, summary

@@ -812,7 +812,8 @@ SCALEOUT_CELLS = [
     (
         "unsloth",
         "loss[bnpo]",
-        "FAIL ~0.904x the full-batch gradient: normaliser computed per micro-batch and divided by M in the loss",
+        "FAIL ~0.904x the full-batch gradient: normaliser computed per micro-batch and divided by M in "
+        "the loss",
     ),
 ]
 

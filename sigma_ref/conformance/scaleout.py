@@ -442,7 +442,14 @@ def _declared(
 
 
 #: The positional inputs each layout passes (the advantage function's globals come after them).
-_POSITIONAL: dict[str, int] = {"contiguous": 2, "index": 2, "grouped": 1, "token": 3, "keep-mask": 2, "sizes": 2}
+_POSITIONAL: dict[str, int] = {
+    "contiguous": 2,
+    "index": 2,
+    "grouped": 1,
+    "token": 3,
+    "keep-mask": 2,
+    "sizes": 2,
+}
 #: What the harness can pass a loss by keyword: the globals and the objective inputs.
 _LOSS_VOCABULARY: tuple[str, ...] = (*GLOBALS, *LOSS_EXTRAS)
 
