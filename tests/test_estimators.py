@@ -25,6 +25,8 @@ _BATCHES = [
     (np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5]), np.repeat([0, 1, 2], 4)),
     ((_RNG.normal(size=15) * 2).round(3), np.array([4, 1, 4, 9, 1, 9, 4, 1, 9, 4, 1, 9, 4, 1, 9])),
     (np.array([0.1, 0.7, 0.3, 0.9, 0.2, 0.35, 0.6]), np.array(["b", "a", "b", "a", "b", "a", "b"])),
+    # repeated rewards in interleaved groups (equal rewards of a group share one leave-one-out set)
+    (_RNG.integers(0, 3, size=24) / 2.0, _RNG.permutation(np.repeat([7, 2, 5], 8))),
 ]
 
 
