@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "add_to_pytest",
     "add_to_argparse",
     "pytest_argv",
+    "pytest_flags",
 ]
 
 #: How a plain function is called (``spec/README.md``, "Call shapes").
@@ -453,3 +455,26 @@ def pytest_argv(args: argparse.Namespace) -> list[str]:
         elif value is not None and value != option.default:
             argv += [option.pytest_flag, option.show(value)]
     return argv
+
+
+#: Any of the options as ``sigma-ref check`` names it, longest names first, not inside a longer flag.
+_FLAG = re.compile(
+    r"(?<![\w-])--("
+    + "|".join(re.escape(o.name) for o in sorted(OPTIONS, key=lambda o: -len(o.name)))
+    + r")(?![\w-])"
+)
+
+
+def pytest_flags(text: str) -> str:
+    """``text`` with every option named as pytest takes it: ``--loss`` -> ``--sigma-ref-loss``.
+
+    Messages name the ``sigma-ref check`` form (``--<name>``); the pytest plugin shows them through
+    this, so that a message names the flag of the route in use. Flags that are not the suite's
+    (``--hypothesis-seed``) and longer names (``--loss-scale``) are left whole.
+
+    >>> pytest_flags("no loss given (--loss pkg.module:loss enables it); --loss-scale none")
+    'no loss given (--sigma-ref-loss pkg.module:loss enables it); --sigma-ref-loss-scale none'
+    >>> pytest_flags("reproduce with --hypothesis-seed=3; --sigma-ref-impl is pytest's")
+    "reproduce with --hypothesis-seed=3; --sigma-ref-impl is pytest's"
+    """
+    return _FLAG.sub(lambda m: f"--sigma-ref-{m.group(1)}", text)

@@ -88,6 +88,22 @@ def profile_name(name: str) -> str:
     return f"sigma-ref-{name}" if f"sigma-ref-{name}" in PROFILES else name
 
 
+def profile_label(name: str) -> str:
+    """How a report names a profile: the suite's by the short name that selects it (``sigma-ref-ci``
+    -> ``ci``: ``HYPOTHESIS_PROFILE=ci`` or ``--hypothesis-profile ci``); others unchanged."""
+    return name.removeprefix("sigma-ref-") if name in PROFILES else name
+
+
+def route_text(config: pytest.Config, text: str) -> str:
+    """``text`` with the options named as this session takes them: ``--sigma-ref-loss`` in a pytest
+    run, ``--loss`` when ``sigma-ref check`` runs it (its hidden ``--sigma-ref-progress``)."""
+    if config.getoption("sigma_ref_progress", None) is not None:
+        return text
+    from sigma_ref._options import pytest_flags
+
+    return pytest_flags(text)
+
+
 def register_profiles() -> None:
     """Register ``sigma-ref-ci``, ``sigma-ref-dev`` and ``sigma-ref-thorough`` (a no-op without
     hypothesis). Registering loads nothing: a session keeps its settings until it runs the
@@ -106,11 +122,18 @@ def register_profiles() -> None:
 
 def load_suite_profile(config: pytest.Config) -> None:
     """Load the suite's profile for a session that runs it: the one given with
-    ``--hypothesis-profile`` (hypothesis loads it), else ``$HYPOTHESIS_PROFILE`` (``ci``,
+    ``--hypothesis-profile`` (hypothesis loads it; ``ci`` is the suite's ``sigma-ref-ci`` here, not
+    hypothesis' own ``ci``), else ``$HYPOTHESIS_PROFILE`` (``ci``,
     ``dev``, ``thorough`` or a full name), else ``sigma-ref-ci`` where ``CI`` is set and
     ``sigma-ref-dev`` otherwise. Called by ``spec/conftest.py`` and the project's own
     ``conftest.py``, never by the plugin itself."""
-    if config.getoption("hypothesis_profile", None):
+    given = config.getoption("hypothesis_profile", None)
+    if given:
+        if given == "ci":  # hypothesis' own ci was loaded; in a session that runs the suite, ci is its
+            from hypothesis import settings
+
+            register_profiles()
+            settings.load_profile(profile_name(given))
         return
     from hypothesis import settings
 
@@ -348,7 +371,8 @@ def conformance_context(config: pytest.Config) -> Any:
             )
             if progress is not None:
                 progress.write("error", kind="implementation" if own else "usage", message=str(exc))
-            raise pytest.UsageError(f"sigma-ref: {'FAIL: ' if own else ''}{exc}") from None
+            message = route_text(config, str(exc))
+            raise pytest.UsageError(f"sigma-ref: {'FAIL: ' if own else ''}{message}") from None
         built: Any = state["context"]
         jax_code = getattr(built.adapter.advantages, "__sigma_ref_framework__", None) == "jax"
         if jax_code and built.scaleout is not None:  # level 5 asked for on JAX code: a usage error
@@ -356,7 +380,7 @@ def conformance_context(config: pytest.Config) -> Any:
 
             if progress is not None:
                 progress.write("error", kind="usage", message=JAX_LEVEL5)
-            raise pytest.UsageError(f"sigma-ref: {JAX_LEVEL5}")
+            raise pytest.UsageError(f"sigma-ref: {route_text(config, JAX_LEVEL5)}")
         forced = config.getoption("hypothesis_seed", None)
         if forced is not None:
             state["seed"] = int(forced)
@@ -495,12 +519,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from sigma_ref.conformance.session import report_dict, summary, to_json
 
     seconds = time.perf_counter() - state["start"]
-    profile = settings.get_current_profile_name()
+    profile = profile_label(settings.get_current_profile_name())
     context = conformance_context(config)  # under pytest-xdist, built here from the same options
     outcomes = [outcome for _, outcome in sorted(state["outcomes"], key=lambda entry: entry[0])]
     seed = state["reported_seed"][0] if state["reported_seed"] else state["seed"]
     terminalreporter.write_sep("=", "sigma-ref conformance")
-    terminalreporter.write_line(summary(context, outcomes, seed=seed, profile=profile, seconds=seconds))
+    shown = summary(context, outcomes, seed=seed, profile=profile, seconds=seconds)
+    terminalreporter.write_line(route_text(config, shown))
     path = config.getoption("sigma_ref_report")
     if path:
         from sigma_ref._files import write_atomic

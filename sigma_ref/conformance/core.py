@@ -411,10 +411,13 @@ def _run_in_pytest(prop: Property, ctx: Context, param: Any, seed: int | None, n
     __tracebackhide__ = True
     outcome = evaluate(prop, ctx, param, seed=seed)
     node.user_properties.append((OUTCOME_KEY, outcome.to_dict()))
+    from sigma_ref.pytest_plugin import route_text
+
+    message = route_text(node.config, outcome.message)  # the flags of the route in use
     if outcome.verdict == "skip":  # reported at the property's own line in spec/ (its place_as)
-        raise pytest.skip.Exception(f"not applicable: {outcome.message}", _use_item_location=True)
+        raise pytest.skip.Exception(f"not applicable: {message}", _use_item_location=True)
     if outcome.verdict == "FAIL":
-        msg = outcome.message
+        msg = message
         if seed is not None:
             msg += f"\nreproduce with --hypothesis-seed={seed}"
         pytest.fail(msg, pytrace=False)
