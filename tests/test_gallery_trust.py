@@ -225,3 +225,19 @@ def test_fail_messages_carry_no_hypothesis_boilerplate() -> None:
         "",
     ]
     assert _user_notes(notes) == ["Falsifying example: test_x(example=Batch(...))"]
+
+
+@pytest.mark.parametrize(
+    ("name", "residue"),
+    [("std_gt_zero_guard", True), ("std_over_wrong_dim", False)],
+)
+def test_the_rounding_residue_cause_needs_code_right_on_live_groups(name: str, residue: bool) -> None:
+    """A silent group's O(1) advantage is blamed on the mean's rounding residue only when the code is
+    right on live groups: a std over the wrong axis also moves silent groups, for another reason."""
+    from tests.gallery import trainers_wrong
+
+    case = next(c for c in trainers_wrong.CASES if c.name == name)
+    out = evaluate("non_dyadic_silent_group", build_context(case_adapter(case, declare=True)))
+    assert out.verdict == "FAIL", out.message[:300]
+    cause = out.finding.cause if out.finding is not None else None
+    assert ("rounding residue" in (cause or "")) is residue, (out.verdict, out.message[:300])
