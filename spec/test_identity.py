@@ -126,10 +126,14 @@ def test_convention_detected(ctx: Context, ex: Any, p: Any) -> None:
     raise PropertyFailure(Finding("; ".join(facts)), verdict="NOTE")
 
 
-def _token_weights(ctx: Context, pol: Policy, batch: Batch, adv: torch.Tensor) -> torch.Tensor:
-    """``dL/dlogp_it`` at ratio 1 for advantages ``adv``."""
+def _token_weights(
+    ctx: Context, pol: Policy, batch: Batch, adv: torch.Tensor, log_ratio: float = 0.0
+) -> torch.Tensor:
+    """``dL/dlogp_it`` at ratio 1 for advantages ``adv`` (at ratio ``exp(log_ratio)`` on every token
+    when it is given: ``old_logp = logp - log_ratio``)."""
     leaf = pol.logp().detach().requires_grad_(True)
-    loss = call_loss(ctx, leaf, adv, pol.mask, batch)
+    old = None if log_ratio == 0.0 else leaf.detach() - log_ratio
+    loss = call_loss(ctx, leaf, adv, pol.mask, batch, old_logp=old)
     (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
     return torch.zeros_like(leaf) if grad is None else grad
 
@@ -219,6 +223,38 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
         ctx.fail(f"per-group gradient -dL/dtheta vs (sigma^2/d)(s+ - s-): {found[0]}", batch, cause=cause)
 
 
+#: The log-ratio of the sign probe: ratio exp(0.05) ~ 1.051, inside every clip range trainers use.
+_SIGN_PROBE = 0.05
+
+
+def _sign_cause(ctx: Context, pol: Policy, batch: Batch, w: torch.Tensor) -> str | None:
+    """Why the gradient at ratio 1 has the wrong sign, from a probe at ratio ``exp(+-0.05)``.
+
+    A surrogate ``+ratio * A`` (the sign flipped) has a gradient that grows with the ratio, as the
+    right one does: ``w(ratio) = ratio * w(1)``. A loss handed ``logp`` and ``old_logp`` swapped
+    computes ``exp(old_logp - logp) = 1/ratio``, whose gradient is ``w(1) / ratio``. Neither (a clip
+    or another term): no cause.
+    """
+    try:
+        ones = torch.ones(batch.n, dtype=torch.float64)
+        moved = -_token_weights(ctx, pol, batch, ones, log_ratio=_SIGN_PROBE)
+    except PropertyFailure:
+        return None
+    live = pol.mask > 0
+    base = float(w[live].sum())
+    if base == 0.0:
+        return None
+    scale = float(moved[live].sum()) / base
+    if math.isclose(scale, math.exp(_SIGN_PROBE), rel_tol=1e-6):
+        return "the loss has the wrong sign: return -mean(ratio * A), not +mean(ratio * A)"
+    if math.isclose(scale, math.exp(-_SIGN_PROBE), rel_tol=1e-6):
+        return (
+            "logp and old_logp are swapped: the ratio is exp(old_logp - logp) (its gradient falls as the "
+            "ratio rises); pass the current policy's log-probs first, loss(logp, old_logp, advantages, mask)"
+        )
+    return None
+
+
 @conformance_property(
     level="identity",
     examples=lambda ctx, p: [(BINARY[0], 0)],
@@ -248,7 +284,7 @@ def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) ->
             f"loss weights at ratio 1 dL/dlogp = {(-w[0]).tolist()} for advantage 1, but should be <= 0 "
             "(minimising the loss must raise log pi of responses with positive advantage)",
             batch,
-            cause="the loss has the wrong sign: return -mean(ratio * A), not +mean(ratio * A)",
+            cause=_sign_cause(ctx, pol, batch, w),
         )
     adv = torch.linspace(-1.5, 2.0, batch.n, dtype=torch.float64)
     w_adv = -_token_weights(ctx, pol, batch, adv)

@@ -37,6 +37,7 @@ __all__ = [
     "POLICY_T",
     "Policy",
     "call_loss",
+    "check_loss_call",
     "LOSS_EXTRAS",
     "keyword_inputs",
     "required_extras",
@@ -147,12 +148,7 @@ def call_loss(
     """The implementation's loss (ratio 1 unless ``old_logp`` is given); ``(loss, metrics)`` accepted."""
     assert ctx.adapter.loss is not None
     where = "at ratio 1" if old_logp is None else "at ratio != 1"
-    old = logp.detach() if old_logp is None else old_logp
-    # a loss that requires the reference or rollout log-probs gets neutral ones: ref_logp = logp (a k2
-    # or k3 term has no gradient there) and rollout_logp = old_logp (importance weight 1)
-    neutral = {"ref_logp": logp.detach(), "rollout_logp": old.detach()}
-    extra: dict[str, Any] = {k: neutral[k] for k in sorted(required_extras(ctx.adapter.loss))}
-    extra.update(single_process_globals(ctx, mask))
+    old, extra = _loss_inputs(ctx, logp, mask, old_logp)
     out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}", **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]  # (loss, metrics), as many trainers return
@@ -161,6 +157,80 @@ def call_loss(
             f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor"
         )
     return out.reshape(())
+
+
+def _loss_inputs(
+    ctx: Context, logp: torch.Tensor, mask: torch.Tensor, old_logp: torch.Tensor | None
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """``old_logp`` (``logp`` detached: ratio 1, unless given) and the keyword inputs the loss takes.
+
+    A loss that requires the reference or rollout log-probs gets neutral ones: ``ref_logp = logp``
+    (a k2 or k3 term has no gradient there) and ``rollout_logp = old_logp`` (importance weight 1)."""
+    assert ctx.adapter.loss is not None
+    old = logp.detach() if old_logp is None else old_logp
+    neutral = {"ref_logp": logp.detach(), "rollout_logp": old.detach()}
+    extra: dict[str, Any] = {k: neutral[k] for k in sorted(required_extras(ctx.adapter.loss))}
+    extra.update(single_process_globals(ctx, mask))
+    return old, extra
+
+
+#: How the suite calls a loss (``spec/README.md``, "Call shapes").
+LOSS_SIGNATURE = (
+    "loss(logp [N, T], old_logp [N, T], advantages [N], mask [N, T], **inputs) -> scalar Tensor "
+    "(or (loss, metrics))"
+)
+
+
+def check_loss_call(ctx: Context) -> None:
+    """Fail fast: call the loss once on a designed probe (8 responses of lengths 2 to 5, width 5, at
+    ratio 1) and check that it takes the suite's call and returns a scalar.
+
+    A signature or shape error (``TypeError``, ``IndexError``, ``KeyError``, ``AttributeError``, a
+    torch shape error) or a result that is not a scalar raises
+    :class:`~.adapter.CallMismatch` with what was passed, what came back and the signature the suite
+    calls; the implementation's other errors are left to the properties. A loss written for
+    ``[N, T]`` advantages, given the suite's ``[N]``, stops here instead of failing every loss property.
+    """
+    from .adapter import _SIGNATURE_ERRORS, CallMismatch, _call_unwrapped, _shape_of
+
+    loss = ctx.adapter.loss
+    if loss is None:
+        return
+    pol = Policy.make(8, 0)
+    logp = pol.logp().detach().requires_grad_(True)
+    adv = torch.linspace(-1.5, 2.0, 8, dtype=torch.float64)
+    old, extra = _loss_inputs(ctx, logp, pol.mask, None)
+    args = (logp, old, adv, pol.mask)
+    passed = ", ".join(
+        [f"{n}={_shape_of(a)}" for n, a in zip(("logp", "old_logp", "advantages", "mask"), args, strict=True)]
+        + [f"{k}={_shape_of(v)}" for k, v in extra.items()]
+    )
+    name = getattr(loss, "__name__", type(loss).__name__)
+    raw: Any = None
+    try:
+        raw = _call_unwrapped(loss, *args, what=f"{name} on the first loss probe", **extra)
+    except Exception as exc:
+        words = ("shape", "size", "dimension")
+        shape_error = isinstance(exc, RuntimeError) and any(w in str(exc) for w in words)
+        if not (isinstance(exc, _SIGNATURE_ERRORS) or shape_error):
+            return  # the implementation's own error: the properties report it
+        problem = f"raised {type(exc).__name__}: {exc}"
+    else:
+        out = raw[0] if isinstance(raw, tuple | list) and raw else raw
+        if isinstance(out, torch.Tensor) and out.numel() == 1:
+            return
+        problem = f"it returned {_shape_of(raw)}, not a scalar Tensor"
+    hint = ""
+    if "advantages" in problem or "size of tensor" in problem or "match" in problem:
+        hint = (
+            "; a loss written for advantages [N, T] can be wrapped: "
+            "Adapter(loss=lambda logp, old_logp, advantages, mask: "
+            "my_loss(logp, old_logp, advantages.unsqueeze(1).expand_as(logp), mask))"
+        )
+    raise CallMismatch(
+        f"the first loss probe did not fit the loss call {LOSS_SIGNATURE}: called {name}({passed}); "
+        f"{problem}{hint}"
+    )
 
 
 def single_process_globals(ctx: Context, mask: torch.Tensor) -> dict[str, Any]:

@@ -124,6 +124,10 @@ def build_context(
             tis_mode=tis_mode,
         )
     check_call(adapter)  # fail fast: the first probe must fit the layout
+    if adapter.loss is not None:  # and the first loss probe the loss call
+        from .inputs import check_loss_call
+
+        check_loss_call(Context(adapter, reference_for("paper")))
     if adapter.layout == "keep-mask":  # a filter: no advantages to detect a convention from
         ref = reference_for("paper" if convention == "auto" else convention)
         return Context(adapter, ref, None, None, precision=precision if precision != "auto" else "float64")

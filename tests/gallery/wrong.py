@@ -170,6 +170,22 @@ def loss_wrong_sign(
     return (ratio * advantages.unsqueeze(1) * mask).sum() / mask.sum()
 
 
+def _policy_loss_old_first(
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """A token-mean policy loss that takes the old log-probs first (verl's compute_policy_loss order)."""
+    ratio = torch.exp(log_prob - old_log_prob)
+    return (-advantages.unsqueeze(1) * ratio * response_mask).sum() / response_mask.sum()
+
+
+def loss_swapped_logp(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Hands the suite's arguments positionally to a loss that takes ``old_log_prob`` first: the
+    ratio it computes is exp(old_logp - logp)."""
+    return _policy_loss_old_first(logp, old_logp, advantages, mask)
+
+
 def loss_unmasked(
     logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
@@ -267,6 +283,15 @@ WRONG = [
         "loss_is_policy_gradient",
         "wrong sign",
         loss=loss_wrong_sign,
+    ),
+    Case(
+        "loss_swapped_logp",
+        correct.post_contiguous,
+        "contiguous",
+        "post",
+        "loss_is_policy_gradient",
+        "swapped",
+        loss=loss_swapped_logp,
     ),
     Case(
         "loss_unmasked",
