@@ -162,7 +162,7 @@ def group_sizes(p: np.ndarray, epsilon: float, *, exact: bool = True) -> tuple[n
     closed[inner] = closed_values[inverse]
     if exact:
         exact_values = np.full(values.shape, np.inf)
-        searched = closed_values < EXACT_LIMIT / 2
+        searched = closed_values <= EXACT_LIMIT  # beyond it the exact search raises (inf)
         exact_values[searched] = _exact_sizes(values[searched], epsilon)
         exact_out[inner] = exact_values[inverse]
     return closed, exact_out
@@ -226,7 +226,7 @@ class AuditResult:
         ]
         return "\n".join(
             [
-                f"Corpus audit at G={self.G}, fidelity target 1 - epsilon = {1 - self.epsilon:g}",
+                f"Corpus audit at G={self.G}, fidelity target 1 - epsilon = {1 - self.epsilon:.15g}",
                 *table(("p", "silent", "G (closed form)", "G (exact)", "status"), body),
                 "",
                 f"Average wasted compute (silent groups): {self.average_waste:.1%}",
@@ -803,7 +803,7 @@ def audit_summary(cols: AuditColumns, G: int, epsilon: float) -> list[str]:
     counts = np.bincount(cols.status, minlength=3)
     waste = float(cols.silent_rate.mean())
     lines = [
-        f"Corpus audit at G={G}, fidelity target 1 - epsilon = {1 - epsilon:g}: {total:,} prompts "
+        f"Corpus audit at G={G}, fidelity target 1 - epsilon = {1 - epsilon:.15g}: {total:,} prompts "
         f"({never:,} always or never correct)",
         "Status: "
         + ", ".join(f"{name} {c:,} ({c / total:.1%})" for name, c in zip(STATUS_NAMES, counts, strict=True)),

@@ -223,3 +223,14 @@ def test_rows_written_to_text_and_byte_streams_agree(kind: str, monkeypatch: pyt
     else:
         assert lines[1].endswith("},")
         assert json.loads("[" + text.getvalue() + "]")[3]["p"] == 0.999999
+
+
+def test_a_tiny_epsilon_is_shown_and_searched_up_to_the_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27 item 13: at epsilon 1e-12 the header says 0.999999999999 (not 1), and a least G just
+    under 2**40 (p = 0.3: 595,238,095,240) is searched, not printed as '> 2**40'."""
+    assert main(["audit", "--epsilon", "1e-12", "--", "0.3", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "1 - epsilon = 0.999999999999" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("0.3"))
+    assert "595238095240" in row and "> 2**40" not in row
+    assert "> 2**40" in next(line for line in out.splitlines() if line.strip().startswith("0.001"))
