@@ -12,10 +12,10 @@ ids strings (``prompt-123``). Shard boundaries fall inside groups (``rows / shar
 multiple of ``G``), so runs are joined across shards. ``--dir`` keeps the shards (and reuses
 them when a previous run wrote the same log there; ``DIR.json`` beside it says which).
 
-Peak memory: the child's ``getrusage`` ``ru_maxrss``, the largest RSS of the child and of the
-processes it waited for (with ``--engine ray``: of the driver, or of one Ray process, not their
-sum). The truth at each ``G``: the mean over prompts of
-``p**G + (1-p)**G`` with the generating ``p``.
+Peak memory: the child's ``VmHWM`` (its largest RSS; Linux), or the largest RSS of a process it
+waited for if larger (with ``--engine ray``: of the driver, or of one Ray process, not their
+sum). The truth at each ``G``: the mean over prompts of ``p**G + (1-p)**G`` with the generating
+``p``.
 """
 
 from __future__ import annotations
@@ -62,12 +62,16 @@ def write_shards(
     return p
 
 
-#: The child: the audit, then its own peak RSS (and its waited-for children's, e.g. Ray's) on stderr.
+#: The child: the audit, then its peak RSS on stderr: ``VmHWM`` of its own memory (Linux; its
+#: ``ru_maxrss`` would include the parent's RSS at the fork) and the largest ``ru_maxrss`` of
+#: the processes it waited for (Ray's, with ``--engine ray``).
 CHILD = """import resource, sys
 from sigma_ref.cli import main
 code = main(sys.argv[1:])
 sys.stdout.flush()
-peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+with open("/proc/self/status") as status:
+    own = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+peak = max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 print(f"peak_kb={peak}", file=sys.stderr)
 sys.exit(code)
 """

@@ -34,6 +34,7 @@ __all__ = ["shard_paths", "read_rollout_shards", "ShardCounts", "shard_counts", 
 
 _Ints = npt.NDArray[np.int64]
 _Bits = npt.NDArray[np.int8]
+_Int32s = npt.NDArray[np.int32]
 _NONE = np.zeros(0, np.int64)
 
 
@@ -287,7 +288,8 @@ class _Merge:
         self.rows = 0
         self.n = self.k = _NONE
         self.keyed: list[tuple[_Ints, _Ints, _Ints]] = []  # (global prompt * 2**32 + group, rows, correct)
-        self.runs: list[tuple[_Ints, _Ints, _Ints]] = []  # (global prompt, size, correct) of groups
+        # (global prompt, size, correct) of the groups, as int32 chunks (half the memory until the end)
+        self.runs: tuple[list[_Int32s], list[_Int32s], list[_Int32s]] = ([], [], [])
         self.carry: tuple[int, _Bits] | None = None  # the last run so far, which may go on
 
     def add(self, part: ShardCounts) -> None:
@@ -315,15 +317,19 @@ class _Merge:
         self._finish(head)
         prompt, group_n, group_k = part.runs
         if prompt.size:
-            self.runs.append((code[prompt], group_n, group_k))
+            self._keep(code[prompt], group_n, group_k)
         self.carry = (int(code[part.tail_prompt]), part.tail)
 
     def _finish(self, run: tuple[int, _Bits]) -> None:
         prompt, correct = run
         rows = np.full(correct.size, prompt, np.int64)
-        self.runs.append(
-            _split_runs(rows, correct.astype(np.int64), np.array([0]), np.array([correct.size]), self.G)
+        self._keep(
+            *_split_runs(rows, correct.astype(np.int64), np.array([0]), np.array([correct.size]), self.G)
         )
+
+    def _keep(self, *columns: _Ints) -> None:
+        for chunks, column in zip(self.runs, columns, strict=True):
+            chunks.append(column.astype(np.int32))
 
     def result(self, path: str, group_col: str | None, consecutive_groups: bool) -> Rollouts:
         if self.rows == 0:
@@ -338,7 +344,7 @@ class _Merge:
             if self.carry is not None:
                 self._finish(self.carry)
                 self.carry = None
-            group_prompt, group_n, group_k = (np.concatenate([r[i] for r in self.runs]) for i in range(3))
+            group_prompt, group_n, group_k = (_concat64(chunks) for chunks in self.runs)
             if not consecutive_groups or np.median(group_n) < 2:
                 group_n = group_k = group_prompt = np.zeros(0, np.int64)
                 source = ""
@@ -420,6 +426,19 @@ def read_rollout_shards(
         )
     finally:
         parts.close()  # a Ray run stops its tasks and its local cluster even on an error
+
+
+def _concat64(chunks: list[_Int32s]) -> _Ints:
+    """The chunks end to end as one int64 array, each chunk dropped once copied (the list is
+    emptied): at most the result and the chunks not yet copied are held."""
+    out = np.empty(sum(c.size for c in chunks), np.int64)
+    at = 0
+    chunks.reverse()
+    while chunks:
+        chunk = chunks.pop()
+        out[at : at + chunk.size] = chunk
+        at += chunk.size
+    return out
 
 
 def _split_runs(
