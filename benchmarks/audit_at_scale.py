@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -77,14 +78,22 @@ sys.exit(code)
 """
 
 
+#: The CPU seconds of the last :func:`audit` child.
+CPU = [0.0]
+
+
 def audit(folder: Path, G: list[int], engine: str) -> tuple[float, float, dict[str, object]]:
-    """Run the audit in a child process: ``(wall seconds, peak RSS in MB, the JSON report)``."""
+    """Run the audit in a child process: ``(wall seconds, peak RSS in MB, the JSON report)``;
+    the child's CPU seconds (user + system, its own children's included) are in ``CPU[0]``."""
     sizes = [str(g) for g in G]
     command = [sys.executable, "-c", CHILD, "audit", "--rollouts", str(folder), "--json"]
     command += ["--G", *sizes, "--engine", engine]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[0] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if done.returncode:
         raise SystemExit(f"the audit exited {done.returncode}: {done.stderr.strip()}")
     peak_kb = int(done.stderr.strip().splitlines()[-1].removeprefix("peak_kb="))  # kilobytes on Linux
@@ -120,8 +129,8 @@ def main() -> None:
         wall, peak, report = audit(folder, sizes, args.engine)
         print(
             f"{args.rows:,} rows, {len(p):,} prompts, {args.shards} shards, engine {args.engine}: "
-            f"{wall:.1f} s, peak RSS {peak:,.0f} MB ({os.cpu_count()} cores, load average "
-            f"{os.getloadavg()[0]:.1f})"
+            f"{wall:.1f} s ({CPU[0]:.1f} s CPU), peak RSS {peak:,.0f} MB ({os.cpu_count()} cores, "
+            f"load average {os.getloadavg()[0]:.1f})"
         )
         rows: list[dict[str, float]] = report["silent"]  # type: ignore[assignment]
         for row in rows:
