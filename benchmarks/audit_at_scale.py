@@ -109,6 +109,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--engine", default="pyarrow", help="pyarrow (default) or ray")
     parser.add_argument("--dir", type=Path, help="write (or reuse) the shards here and keep them")
+    parser.add_argument("--report", type=Path, help="also write the audit's JSON report here")
     args = parser.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="sigma-ref-shards-"))
     stamp = folder.parent / f"{folder.name}.json"  # beside the shards: a .json in it would be one
@@ -127,6 +128,8 @@ def main() -> None:
             print(f"wrote {args.shards} shards, {size / 2**20:,.0f} MiB, in {took:.1f} s")
         sizes = sorted({args.G, 2 * args.G, 4 * args.G})
         wall, peak, report = audit(folder, sizes, args.engine)
+        if args.report:
+            args.report.write_text(json.dumps(report, indent=2) + "\n")
         print(
             f"{args.rows:,} rows, {len(p):,} prompts, {args.shards} shards, engine {args.engine}: "
             f"{wall:.1f} s ({CPU[0]:.1f} s CPU), peak RSS {peak:,.0f} MB ({os.cpu_count()} cores, "

@@ -8,7 +8,9 @@ merges them in shard order into a :class:`sigma_ref.rollouts.Rollouts`. The defa
 (``pyarrow``) calls :func:`shard_counts` on one shard after the other in this process; the
 ``ray`` engine (:mod:`sigma_ref.ray_engine`) calls the same function in one Ray task per shard.
 Neither holds the rows: memory is proportional to prompts and groups (a group is three
-integers), not to rollouts. Prompt ids get global codes in order of first appearance.
+integers), not to rollouts. Prompt ids get global codes in order of first appearance; the
+merge looks each shard's distinct ids up in those seen before (one hash lookup per shard over
+all the ids seen, so the time grows with shards times prompts).
 
 Groups: the rows sharing ``(prompt, group_col)`` (a group may span batches and shards), or runs of
 consecutive rows with the same prompt, joined across batch and shard boundaries. A run of
@@ -329,6 +331,11 @@ class _Merge:
 
     def _keep(self, *columns: _Ints) -> None:
         for chunks, column in zip(self.runs, columns, strict=True):
+            if column.size and int(column.max()) > np.iinfo(np.int32).max:
+                raise ValueError(
+                    "the log holds more than 2**31 - 1 prompts, or a run of one prompt that long; "
+                    "audit it in parts (a glob of some of its shards)"
+                )
             chunks.append(column.astype(np.int32))
 
     def result(self, path: str, group_col: str | None, consecutive_groups: bool) -> Rollouts:
