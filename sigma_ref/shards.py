@@ -9,8 +9,8 @@ merges them in shard order into a :class:`sigma_ref.rollouts.Rollouts`. The defa
 ``ray`` engine (:mod:`sigma_ref.ray_engine`) calls the same function in one Ray task per shard.
 Neither holds the rows: memory is proportional to prompts and groups (a group is three
 integers), not to rollouts. Prompt ids get global codes in order of first appearance; the
-merge looks each shard's distinct ids up in those seen before (one hash lookup per shard over
-all the ids seen, so the time grows with shards times prompts).
+merge looks the distinct ids of the shards up in those seen before once the shards waiting
+hold as many ids as are known (so each known id is hashed a bounded number of times).
 
 Groups: the rows sharing ``(prompt, group_col)`` (a group may span batches and shards), or runs of
 consecutive rows with the same prompt, joined across batch and shard boundaries. A run of
@@ -293,18 +293,60 @@ class _Merge:
         # (global prompt, size, correct) of the groups, as int32 chunks (half the memory until the end)
         self.runs: tuple[list[_Int32s], list[_Int32s], list[_Int32s]] = ([], [], [])
         self.carry: tuple[int, _Bits] | None = None  # the last run so far, which may go on
+        self.types: dict[str, Any] = {}  # the prompt and group columns' types
+        self.waiting: list[ShardCounts] = []  # shards taken, not yet merged (see add)
+        self.waiting_ids = 0
 
     def add(self, part: ShardCounts) -> None:
+        """Take the next shard's counts. They wait until the waiting shards hold as many distinct
+        ids as are known, then are looked up together (:meth:`_fold`): each known id is hashed
+        a bounded number of times over the log, not once per shard."""
         if part.rows == 0:
             return
+        for name, values, kind in (
+            (self.prompts.name, part.prompts, "prompt"),
+            (self.groups.name, part.group_values, "group"),
+        ):
+            if values is None:
+                continue
+            first = self.types.setdefault(kind, values.type)
+            if values.type != first:
+                raise ValueError(
+                    f"{part.path}: column {name!r} holds {values.type}, other shards {first}; "
+                    "every shard needs the same column types"
+                )
+        self.waiting.append(part)
+        self.waiting_ids += len(part.prompts)
+        if self.prompts.known is None or self.waiting_ids >= len(self.prompts.known):
+            self._fold()
+
+    def _fold(self) -> None:
+        """Global codes for the waiting shards' ids, in one lookup, then each shard merged."""
+        pa = _pyarrow()
+        parts, self.waiting, self.waiting_ids = self.waiting, [], 0
+        if not parts:
+            return
+        ends = np.cumsum([len(part.prompts) for part in parts])[:-1]
+        codes = np.split(
+            self.prompts.codes(parts[0].path, pa.concat_arrays([p.prompts for p in parts])), ends
+        )
+        groups: list[_Ints | None] = [None] * len(parts)
+        if parts[0].group_values is not None:
+            ends = np.cumsum([len(part.group_values) for part in parts])[:-1]
+            values = pa.concat_arrays([part.group_values for part in parts])
+            groups = list(np.split(self.groups.codes(parts[0].path, values), ends))
+        for part, code, group in zip(parts, codes, groups, strict=True):
+            self._merge(part, code, group)
+
+    def _merge(self, part: ShardCounts, code: _Ints, group: _Ints | None) -> None:
+        """Merge one shard's counts, ``code`` the global code of each of its prompts (``group``
+        of each of its group values)."""
         self.rows += part.rows
-        code = self.prompts.codes(part.path, part.prompts)  # global code of each local prompt
         size = len(self.prompts.known)
         self.n, self.k = _grow(self.n, size), _grow(self.k, size)
         self.n[code] += part.n
         self.k[code] += part.k
-        if part.group_values is not None:
-            group = self.groups.codes(part.path, part.group_values)
+        if group is not None:
             key = code[part.keys >> 32] * (1 << 32) + group[part.keys & 0xFFFFFFFF]
             self.keyed.append((key, part.key_n, part.key_k))
             return
@@ -339,6 +381,7 @@ class _Merge:
             chunks.append(column.astype(np.int32))
 
     def result(self, path: str, group_col: str | None, consecutive_groups: bool) -> Rollouts:
+        self._fold()
         if self.rows == 0:
             raise ValueError(f"{path}: the shards hold no rollouts")
         source = f"column {group_col}" if group_col else "consecutive rows"
