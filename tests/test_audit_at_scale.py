@@ -4,7 +4,7 @@ process, peak RSS under ``PEAK_MB``, and the subsampled silent rates within 4 st
 the truth at every G. Slow tier; the 100,000,000-row run is the benchmark's (README).
 
 The bound sits between the two ways to read this log (measured, ``VmHWM`` of the child): the
-same rows in one Parquet file, read whole, peak at 522 MB; the 10 shards, streamed, at 234 MB
+same rows in one Parquet file, read whole, peak at 522 MB; the 10 shards, streamed, at 262 MB
 (numpy, pyarrow and the audit imported, one 1,048,576-row batch decoded, 156,250 prompts and
 625,000 groups held). The test takes about 10 s on two busy cores."""
 
