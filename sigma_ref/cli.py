@@ -25,6 +25,8 @@ BAD_INPUT = 2
 BROKEN_PIPE = 141
 #: Exit status when an optional dependency of the ``audit`` extra is not installed.
 MISSING_EXTRA = 3
+#: Exit status when ``--engine ray`` failed: a Ray task did not finish, or no cluster could be had.
+ENGINE_FAILED = 4
 #: The modules of the ``audit`` extra (pyproject.toml).
 AUDIT_EXTRA = ("pyarrow", "matplotlib", "tqdm")
 
@@ -134,6 +136,10 @@ def _audit_rollouts(args: argparse.Namespace) -> int:
     if args.csv or args.all:
         flag = "--csv" if args.csv else "--all"
         raise ValueError(f"{flag} is for pass rates; a rollout audit prints its tables, or JSON with --json")
+    if args.engine not in ("pyarrow", "ray"):
+        raise ValueError(
+            f"--engine {args.engine!r} is not an engine; use --engine pyarrow (the default) or --engine ray"
+        )
     log = read_rollouts(
         args.rollouts,
         prompt_col=args.prompt_col,
@@ -141,6 +147,7 @@ def _audit_rollouts(args: argparse.Namespace) -> int:
         group_col=args.group_col,
         correct_threshold=args.correct_threshold,
         fmt=args.format,
+        engine=args.engine,
     )
     result = rollout_audit(
         log,
@@ -214,6 +221,14 @@ def _add_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--format",
         choices=("parquet", "csv", "tsv", "json"),
         help="the log's format if its name does not say",
+    )
+    g.add_argument(
+        "--engine",
+        default="pyarrow",
+        metavar="pyarrow|ray",
+        help="how shards are reduced: pyarrow (default: one after the other in this process) or ray "
+        "(one Ray task per shard, on the cluster RAY_ADDRESS names or a local one; "
+        "pip install 'sigma-ref[ray]'); the report is the same",
     )
     g.add_argument("--prompt-col", default="prompt", help="column identifying the prompt (default prompt)")
     g.add_argument("--reward-col", default="reward", help="column with the reward (default reward)")
@@ -409,7 +424,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sigma-ref {args.command}: cannot write the output ({exc.strerror})", file=sys.stderr)
         return BAD_INPUT
 
+    except RuntimeError as exc:
+        from .ray_engine import EngineError
+
+        if not isinstance(exc, EngineError):
+            raise
+        print(f"sigma-ref {args.command}: {exc}", file=sys.stderr)
+        return ENGINE_FAILED
     except ImportError as exc:
+        if "sigma-ref[ray]" in str(exc):  # --engine ray without the ray extra
+            print(f"sigma-ref {args.command}: {exc}", file=sys.stderr)
+            return MISSING_EXTRA
         missing = (exc.name or "").partition(".")[0]
         if missing not in AUDIT_EXTRA and "sigma-ref[audit]" not in str(exc):
             raise

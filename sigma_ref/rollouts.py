@@ -372,6 +372,7 @@ def read_rollouts(
     consecutive_groups: bool = True,
     fmt: str | None = None,
     progress: bool | None = None,
+    engine: str = "pyarrow",
 ) -> Rollouts:
     """Read a rollout log and reduce it to per-prompt ``(n, k)`` and its groups.
 
@@ -382,7 +383,9 @@ def read_rollouts(
     Groups: rows sharing ``(prompt, group_col)`` when ``group_col`` is given; otherwise
     (``consecutive_groups=True``) each run of consecutive rows with the same prompt is one
     group, as trainers log a group's ``G`` rollouts together. A progress bar is drawn on a
-    terminal (``progress=None``), always (``True``) or never (``False``).
+    terminal (``progress=None``), always (``True``) or never (``False``). ``engine`` reduces
+    shards in this process (``"pyarrow"``) or in one Ray task per shard (``"ray"``, the ``ray``
+    extra; shards only), with the identical result.
 
     Raises ``ValueError`` naming the file for a missing file or column, an empty file, a
     reward column of text or mixed types, and non-binary rewards without a threshold.
@@ -399,6 +402,13 @@ def read_rollouts(
         )
     from . import shards
 
+    if engine not in shards.ENGINES or (not shards.is_shards(path) and engine != "pyarrow"):
+        if engine in shards.ENGINES:
+            raise ValueError(
+                f"engine {engine!r} reduces a directory or glob of shards, and {path} is one file; "
+                "give the shards, or use the default engine 'pyarrow'"
+            )
+        raise ValueError(f"engine={engine!r} is not an engine; use 'pyarrow' (the default) or 'ray'")
     if shards.is_shards(path):  # a directory or a glob: streamed shard by shard
         return shards.read_rollout_shards(
             path,
@@ -408,6 +418,7 @@ def read_rollouts(
             correct_threshold=correct_threshold,
             consecutive_groups=consecutive_groups,
             fmt=fmt,
+            engine=engine,
         )
     fmt = _format_of(path, fmt)
     columns = [prompt_col, reward_col] + ([group_col] if group_col else [])

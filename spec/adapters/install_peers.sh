@@ -39,6 +39,7 @@ t0=$(date +%s)
 step pipi trl==1.16.0
 # verl: --no-deps, then what `import verl` and core_algos need (verl/__init__ imports ray)
 step pipi --no-deps verl==0.9.1
+# (ray also serves `sigma-ref audit --engine ray`, the `ray` extra: tests/test_audit_ray.py runs where it is)
 step pipi ray "tensordict>=0.8.0,<=0.10.0,!=0.9.0" omegaconf hydra-core codetiming
 # OpenRLHF: --no-deps; deepspeed without building its CUDA ops; then its import-time deps
 step pipi --no-deps openrlhf==0.11.2
