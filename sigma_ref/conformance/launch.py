@@ -28,8 +28,7 @@ __all__ = ["ScaleoutOptions", "scaleout_report", "scaleout_results", "NOT_ASKED"
 
 #: Why level 5 is skipped when no option asks for it.
 NOT_ASKED = (
-    "level 5 runs real torch.distributed processes only when asked: sigma-ref check --world-size W "
-    "--micro-batches M (pytest: --sigma-ref-world-size W --sigma-ref-micro-batches M)"
+    "level 5 runs real torch.distributed processes only when asked: --world-size W --micro-batches M"
 )
 
 #: The oracle the suite tests by default, as the ranks import it (the token-mean reference loss).
