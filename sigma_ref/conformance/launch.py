@@ -27,9 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["ScaleoutOptions", "scaleout_report", "scaleout_results", "NOT_ASKED"]
 
 #: Why level 5 is skipped when no option asks for it.
-NOT_ASKED = (
-    "level 5 runs real torch.distributed processes only when asked: --world-size W --micro-batches M"
-)
+NOT_ASKED = "level 5 runs real torch.distributed processes only when asked: --world-size W --micro-batches M"
 
 #: The oracle the suite tests by default, as the ranks import it (the token-mean reference loss).
 _ORACLE_ADVANTAGES = "sigma_ref.conformance.scaleout:oracle_advantages"

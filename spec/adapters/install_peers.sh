@@ -31,7 +31,7 @@ PY="$(dirname "$PIP")/python"
 CON=$(mktemp)
 trap 'rm -f "$CON"' EXIT
 echo "torch==2.13.0" > "$CON"
-pipi() { "$PIP" install -q -c "$CON" "$@"; }
+pipi() { "$PIP" install -q --no-compile -c "$CON" "$@"; }
 step() { local s; s=$(date +%s); "$@"; echo "  [$(( $(date +%s) - s ))s] $*" >&2; }
 t0=$(date +%s)
 
