@@ -8,7 +8,7 @@ peer matrix). A block is written as::
     <!-- end generated -->
 
 ``python tests/readme_blocks.py --write`` (``make readme``) re-runs every command and
-rewrites the blocks of every document; ``tests/test_readme.py`` fails when a block is stale. Output of a
+rewrites the blocks of every document; ``tests/test_readme*.py`` fail when a block is stale. Output of a
 command given ``--markdown`` is pasted as is; any other is fenced as text. Durations
 ("6.9 s", "in 2.76s") are the only part compared loosely (:func:`normalise`).
 """
@@ -21,7 +21,9 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -43,7 +45,7 @@ def run(command: str) -> str:
     elif argv[0] == "python":
         argv[0] = sys.executable
     # 900 s: the peer matrix (seven trainers) takes about 4 CPU-minutes; a loaded runner needs margin
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)
     return done.stdout
 
 
@@ -71,6 +73,33 @@ def refresh(text: str, only: str | None = None) -> str:
         return m.group(1) + render(m["cmd"], run(m["cmd"])) + m.group(4)
 
     return BLOCK.sub(one, text)
+
+
+def check(command: str, body: str) -> None:
+    """Assert the ``<!-- generated: CMD -->`` block ``body`` equals ``command``'s output today."""
+    expected = render(command, run(command))
+    assert normalise(body) == normalise(expected), f"block for `{command}` is stale; run `make readme`"
+
+
+def params(path: Path, keep: Callable[[str], bool] = lambda command: True) -> list[Any]:
+    """One ``pytest.param(command, body)`` per generated block of ``path`` whose command ``keep`` accepts.
+
+    The blocks are spread over three test files (the README's quick blocks, its gallery tables, the
+    peer matrix) so that pytest-xdist's ``--dist loadfile`` runs the long ones on different workers.
+    """
+    import pytest
+
+    text = path.read_text(encoding="utf-8")
+    return [
+        pytest.param(command, body, id=f"{path.name}: {command}")
+        for command, body in blocks(text)
+        if keep(command)
+    ]
+
+
+def runs_the_gallery(command: str) -> bool:
+    """The README blocks that re-run a gallery (``python -m tests.gallery``): minutes each."""
+    return "tests.gallery" in command
 
 
 def blocks(text: str) -> list[tuple[str, str]]:

@@ -1,4 +1,8 @@
-"""The generated blocks of the README and docs/matrix.md match what their commands print today."""
+"""The README's quick generated blocks match what their commands print today.
+
+The README's gallery tables are checked in ``test_readme_gallery.py`` and ``docs/matrix.md`` in
+``test_readme_matrix.py``: three files, so that ``pytest -n 2 --dist loadfile`` runs them side by side.
+"""
 
 from __future__ import annotations
 
@@ -6,36 +10,17 @@ import pytest
 
 from tests import readme_blocks
 
-#: The generated blocks re-run the peer matrix and the CLI: the slow tier (make test-all, CI).
+#: The generated blocks re-run the CLI: the slow tier (make test-all, CI).
 pytestmark = pytest.mark.slow
-
-
-def _missing_peers() -> list[str]:
-    """The peers the matrix block was generated with that this environment lacks."""
-    from sigma_ref.conformance.matrix import PEERS, adapter_module
-
-    modules = [adapter_module(peer) for peer in PEERS]
-    return [module.PEER.title for module in modules if not module.available()]
 
 
 @pytest.mark.parametrize(
     "command,body",
-    [
-        pytest.param(command, body, id=f"{path.name}: {command}")
-        for path in readme_blocks.DOCUMENTS
-        for command, body in readme_blocks.blocks(path.read_text(encoding="utf-8"))
-    ],
+    readme_blocks.params(readme_blocks.README, lambda command: not readme_blocks.runs_the_gallery(command)),
 )
 def test_generated_block_is_current(command: str, body: str) -> None:
     """Each ``<!-- generated: CMD -->`` block equals CMD's output; ``make readme`` refreshes."""
-    if command.startswith("sigma-ref matrix"):
-        missing = _missing_peers()
-        if missing:
-            pytest.skip(f"the peer matrix needs {', '.join(missing)} (`make peers`; CI installs them)")
-    expected = readme_blocks.render(command, readme_blocks.run(command))
-    assert readme_blocks.normalise(body) == readme_blocks.normalise(expected), (
-        f"README block for `{command}` is stale; run `make readme`"
-    )
+    readme_blocks.check(command, body)
 
 
 def test_readme_has_generated_blocks() -> None:
@@ -43,6 +28,17 @@ def test_readme_has_generated_blocks() -> None:
     commands = [c for c, _ in readme_blocks.blocks(readme_blocks.README.read_text(encoding="utf-8"))]
     assert "sigma-ref conventions --markdown" in commands
     assert any(c.startswith("sigma-ref audit") for c in commands)
+
+
+def test_every_block_is_checked_by_one_file() -> None:
+    """The three files together check every generated block of every document, each once."""
+    readme = readme_blocks.README.read_text(encoding="utf-8")
+    matrix = readme_blocks.MATRIX.read_text(encoding="utf-8")
+    quick = readme_blocks.params(readme_blocks.README, lambda c: not readme_blocks.runs_the_gallery(c))
+    gallery = readme_blocks.params(readme_blocks.README, readme_blocks.runs_the_gallery)
+    assert len(quick) + len(gallery) == len(readme_blocks.blocks(readme)) > 0
+    assert len(gallery) >= 1
+    assert len(readme_blocks.params(readme_blocks.MATRIX)) == len(readme_blocks.blocks(matrix)) == 1
 
 
 def test_full_matrix_lives_in_docs_matrix() -> None:
