@@ -165,13 +165,30 @@ def _loss_inputs(
     """``old_logp`` (``logp`` detached: ratio 1, unless given) and the keyword inputs the loss takes.
 
     A loss that requires the reference or rollout log-probs gets neutral ones: ``ref_logp = logp``
-    (a k2 or k3 term has no gradient there) and ``rollout_logp = old_logp`` (importance weight 1)."""
+    (a k2 or k3 term has no gradient there) and ``rollout_logp = old_logp`` (importance weight 1).
+    A loss that takes ``position_ids=`` or ``cu_seqlens=`` gets the boundaries of one response per
+    row (:func:`~.packing.unpacked_inputs`)."""
     assert ctx.adapter.loss is not None
     old = logp.detach() if old_logp is None else old_logp
     neutral = {"ref_logp": logp.detach(), "rollout_logp": old.detach()}
     extra: dict[str, Any] = {k: neutral[k] for k in sorted(required_extras(ctx.adapter.loss))}
     extra.update(single_process_globals(ctx, mask))
+    extra.update(_boundaries(ctx.adapter.loss, mask))
     return old, extra
+
+
+def _boundaries(loss: Any, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``position_ids=``/``cu_seqlens=`` of the unpacked layout (one response per row) for a loss
+    written for packed rows (level 5's ``--packing``), as its signature names them."""
+    import inspect
+
+    from .packing import PACKING_INPUTS, unpacked_inputs
+
+    try:
+        params = inspect.signature(loss).parameters
+    except (TypeError, ValueError):
+        return {}
+    return unpacked_inputs([k for k in PACKING_INPUTS if k in params], mask)
 
 
 #: How the suite calls a loss (``spec/README.md``, "Call shapes").
