@@ -327,6 +327,14 @@ def test_correct_pass_and_wrong_fail_named_with_their_factor_at_w2_m2() -> None:
     c_row = float(-np.einsum("nt,n,ntd->d", w_row, adv, scores) @ g_ok) / float(g_ok @ g_ok)
     assert abs(c_row - 1) > 0.1
     assert f"full-batch gradient already differs (~{c_row:.3g}x" in _failed(reports["packed_row_seq_mean"])
+    for name, lead in (
+        ("packed_row_seq_mean", "packed_row_seq_mean: "),
+        ("prescaled_token_mean", "sum normalised twice: "),
+    ):
+        lines = [r.message for r in reports[name].results if r.property.startswith("scaleout_prediction")]
+        assert lines and all(line.startswith(lead) for line in lines), (
+            lines
+        )  # the class leads the summary line
     tokens = int(batch.mask.sum())
     assert f"is {1 / tokens:.3g}x the token-mean prediction" in _failed(reports["prescaled_token_mean"])
 

@@ -1201,13 +1201,16 @@ def _per_split(
             )
             countable = judge is not None and ef > _RTOL and aggregation in AGGREGATION_MODES
             named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
-            why += f". {named}" if named else f". {cause}" if cause and adv_ok else ""
+            own = cause if cause and adv_ok and not named else None  # its class leads the line
+            why += f". {named}" if named else f". {own}" if own else ""
+            lead = own.split(":", 1)[0] + ": " if own else ""
             results.append(
                 ScaleoutResult(
                     prop,
                     "FAIL",
                     cp,
-                    f"the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; {why}",
+                    f"{lead}the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; "
+                    + why,
                 )
             )
     return results
@@ -1655,8 +1658,8 @@ def run_scaleout(
 
 def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the level-5 options (``--world-size``, ``--micro-batches``, ``--split``, ``--loss-scale``,
-    ``--scaleout-timeout``, ``--backend``, ``--rendezvous-host``) from the one option table,
-    ``sigma_ref._options``."""
+    ``--packing``, ``--advantage-scale``, ``--advantage-scale-on``, ``--scaleout-timeout``,
+    ``--backend``, ``--rendezvous-host``, ...) from the one option table, ``sigma_ref._options``."""
     from .._options import add_to_argparse
 
     add_to_argparse(
