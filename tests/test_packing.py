@@ -111,6 +111,27 @@ def test_levels_0_to_4_give_a_packed_loss_one_response_per_row() -> None:
         assert torch.allclose(got, want, rtol=1e-14, atol=0)
 
 
+def test_levels_0_to_4_hand_the_loss_the_trainers_pre_scaled_advantages() -> None:
+    """Under --advantage-scale the one call path scales the advantages with the batch's own counts, so a
+    token-sum loss is judged under the aggregation the scaling reproduces at every level."""
+    from sigma_ref.conformance.inputs import Policy, prescaled_advantages
+
+    pol = Policy.make(8, 0)
+    adv = torch.linspace(-1.5, 2.0, 8, dtype=torch.float64)
+    plain = SimpleNamespace(scaleout=None, adapter=SimpleNamespace(aggregation_constant=None))
+    assert prescaled_advantages(plain, adv, pol.mask) is adv  # type: ignore[arg-type]
+    for scale, want in (
+        ("batch-tokens", adv / pol.mask.sum()),
+        ("sequence-tokens", adv / (8 * pol.mask.sum(-1))),
+        ("batch-sequences", adv / 8),
+    ):
+        ctx = SimpleNamespace(
+            scaleout=ScaleoutOptions(world_size=2, advantage_scale=scale), adapter=plain.adapter
+        )
+        got = prescaled_advantages(ctx, adv, pol.mask)  # type: ignore[arg-type]
+        assert torch.allclose(got, want, rtol=1e-15, atol=0), scale
+
+
 # ---------------------------------------------------------------------------
 # the row-as-sequence classes, tied to proofs/12_scale_out.py ("Sequence packing")
 
@@ -234,6 +255,8 @@ def test_a_loss_without_boundaries_is_a_usage_error_naming_both_and_the_fix() ->
     with pytest.raises(ValueError, match="takes cu_seqlens= only: use --packing cu_seqlens"):
         check_options(opts, _packed_loss_takes("cu_seqlens"))
     check_options(opts, _packed_loss_takes("position_ids"))
+    with pytest.raises(ValueError, match=re.escape("packing='rows' must be one of")):
+        ScaleoutOptions(world_size=2, packing="rows")
     with pytest.raises(ValueError, match="scales the advantages a loss gets"):
         check_options(ScaleoutOptions(world_size=2, advantage_scale="batch-tokens"), None)
     job = ScaleoutJob(ADV, f"{scaleout_losses.M}:seq_mean_token_mean", layout="index", packing="cu_seqlens")
@@ -372,3 +395,42 @@ def test_every_entry_on_the_grid(entry: gallery.Entry, world_size: int, grid: An
         return
     assert not report.passed, report.summary()
     assert entry.expect in _failed(report), _failed(report)
+
+
+@pytest.mark.slow
+def test_sigma_ref_check_runs_both_call_shapes_at_every_level() -> None:
+    """Tried as a user would: a packed seq-mean loss with --packing position_ids, and a token-sum loss
+    with --advantage-scale batch-tokens declared token-mean, are CONFORMANT at W = 2, M = 2,3 with a
+    scale-out row; the packed row-mean loss passes levels 0 to 4 (one response per row) and FAILs at
+    level 5 with its class leading the line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, CI="true", OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    env.pop("HYPOTHESIS_PROFILE", None)
+
+    def check(loss: str, aggregation: str, *options: str) -> subprocess.CompletedProcess[str]:
+        cmd = [str(Path(sys.executable).parent / "sigma-ref"), "check", "tests.gallery.correct:verl_index"]
+        cmd += ["--layout", "index", "--loss", f"{gallery.M}:{loss}", "--aggregation", aggregation, *options]
+        cmd += ["--world-size", "2", "--micro-batches", "2,3"]
+        return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+    for loss, aggregation, options in (
+        ("packed_seq_mean", "seq-mean-token-mean", ("--packing", "position_ids")),
+        ("prescaled_token_sum", "token-mean", ("--advantage-scale", "batch-tokens")),
+    ):
+        run = check(loss, aggregation, *options)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+        assert re.search(r"^scale-out\s+3\s+0\s+0\s+0\s+0$", run.stdout, flags=re.MULTILINE), run.stdout[
+            -3000:
+        ]
+    run = check("packed_row_seq_mean", "seq-mean-token-mean", "--packing", "position_ids")
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert re.search(r"^scale-out\s+1\s+2\s+0\s+0\s+0$", run.stdout, flags=re.MULTILINE), run.stdout[-3000:]
+    assert (
+        "FAIL test_scaleout_prediction: scaleout_prediction[seq-mean-token-mean,W=2,M=2]: "
+        "packed_row_seq_mean:" in run.stdout
+    )

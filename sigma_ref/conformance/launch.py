@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from .._options import ADVANTAGE_SCALE_SCOPES, ADVANTAGE_SCALES, PACKINGS
 from .levels import Verdict
 from .scaleout import LOSS_SCALES, RENDEZVOUS_HOST, SPLITS, ScaleoutReport, ScaleoutResult
 
@@ -83,6 +84,13 @@ class ScaleoutOptions:
             raise ValueError(f"split={self.split!r} must be one of {SPLITS}")
         if self.loss_scale not in LOSS_SCALES:
             raise ValueError(f"loss_scale={self.loss_scale!r} must be one of {LOSS_SCALES}")
+        for name, value, allowed in (
+            ("packing", self.packing, PACKINGS),
+            ("advantage_scale", self.advantage_scale, ADVANTAGE_SCALES),
+            ("advantage_scale_on", self.advantage_scale_on, ADVANTAGE_SCALE_SCOPES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} must be one of {allowed}")
 
     def describe(self) -> str:
         """``W=2, M=2,3, whole-groups``."""

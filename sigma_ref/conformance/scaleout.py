@@ -90,6 +90,7 @@ import torch
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
+from .._options import ADVANTAGE_SCALE_SCOPES
 from ..conventions import AGGREGATION_MODES
 from ..objectives import PROMPT_MEAN, aggregation_weights, prompt_mean_weights
 from .adapter import LAYOUTS, LOSS_EXTRAS, Adapter, Batch, load_adapter
@@ -1431,10 +1432,10 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
             f"advantage_scale={job.advantage_scale!r} must be one of {tuple(ADVANTAGE_SCALE_MODES)} "
             "(the count the trainer divides each advantage by before a token-sum loss)"
         )
-    if job.advantage_scale_on not in ("step", "rank", "micro-batch"):
+    if job.advantage_scale_on not in ADVANTAGE_SCALE_SCOPES:
         raise ValueError(
-            f"advantage_scale_on={job.advantage_scale_on!r} must be one of ('step', 'rank', 'micro-batch'): "
-            "the batch whose counts the advantages are divided by"
+            f"advantage_scale_on={job.advantage_scale_on!r} must be one of {ADVANTAGE_SCALE_SCOPES}: the "
+            "batch whose counts the advantages are divided by"
         )
     if job.advantage_scale != "none" and loss_fn is None:
         raise ValueError(
