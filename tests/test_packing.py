@@ -255,6 +255,10 @@ def test_a_loss_without_boundaries_is_a_usage_error_naming_both_and_the_fix() ->
     with pytest.raises(ValueError, match="takes cu_seqlens= only: use --packing cu_seqlens"):
         check_options(opts, _packed_loss_takes("cu_seqlens"))
     check_options(opts, _packed_loss_takes("position_ids"))
+    with pytest.raises(
+        ValueError, match=re.escape("packs the rows a loss is called on: give the loss (--loss")
+    ):
+        check_options(opts, None)
     with pytest.raises(ValueError, match=re.escape("packing='rows' must be one of")):
         ScaleoutOptions(world_size=2, packing="rows")
     with pytest.raises(ValueError, match="scales the advantages a loss gets"):

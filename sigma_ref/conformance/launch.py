@@ -107,7 +107,7 @@ def check_options(opts: ScaleoutOptions, loss: Any) -> None:
 
     if opts.packing != "none":
         try:
-            params = [] if loss is None else list(inspect.signature(loss).parameters)
+            params = None if loss is None else list(inspect.signature(loss).parameters)
         except (TypeError, ValueError):
             params = []
         check_packing(opts.packing, params)

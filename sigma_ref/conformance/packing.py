@@ -332,14 +332,22 @@ def identify_packed(
     return found
 
 
-def check_packing(packing: str, loss_params: Sequence[str]) -> None:
-    """A usage error unless ``packing`` is one of :data:`PACKINGS` and the loss takes its boundaries.
+def check_packing(packing: str, loss_params: Sequence[str] | None) -> None:
+    """A usage error unless ``packing`` is one of :data:`PACKINGS` and the loss takes its boundaries
+    (``loss_params``: the loss's parameter names; None: no loss was given).
 
     >>> check_packing("cu_seqlens", ["cu_seqlens", "global_num_seqs"])
     """
     if packing not in PACKINGS:
         raise ValueError(f"packing={packing!r} must be one of {PACKINGS}")
-    if packing == "none" or packing in loss_params:
+    if packing == "none":
+        return
+    if loss_params is None:
+        raise ValueError(
+            f"--packing {packing} packs the rows a loss is called on: give the loss (--loss "
+            "PKG.MODULE:ATTR), or drop --packing"
+        )
+    if packing in loss_params:
         return
     takes = [k for k in PACKING_INPUTS if k in loss_params]
     if takes:

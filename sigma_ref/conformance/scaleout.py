@@ -114,6 +114,7 @@ __all__ = [
     "declared_globals",
     "loss_globals",
     "HORIZON",
+    "PACKED_CAPACITY",
     "LOSS_SCALES",
     "SPLITS",
     "ScaleoutJob",
@@ -1425,8 +1426,8 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         )
     if loss_fn is not None:
         check_packing(job.packing, _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss"))
-    elif job.packing != "none":
-        check_packing(job.packing, [])  # a packing with a loss only: its boundaries go to the loss
+    else:
+        check_packing(job.packing, None)
     if job.advantage_scale not in ADVANTAGE_SCALE_MODES:
         raise ValueError(
             f"advantage_scale={job.advantage_scale!r} must be one of {tuple(ADVANTAGE_SCALE_MODES)} "
