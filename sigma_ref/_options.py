@@ -409,7 +409,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "advantage-scale",
-        "level 5: the aggregation folded into the advantages before a token-sum loss, as the trainer does: "
+        "level 5 (and the loss calls of levels 0-4): the aggregation folded into the advantages before a "
+        "token-sum loss, as the trainer does: "
         "A_i/N_tok (batch-tokens: token-mean), A_i/(N_seq L_i) (sequence-tokens: seq-mean-token-mean), "
         "A_i/N_seq (batch-sequences: seq-mean-token-sum), A_i/(N_seq C) (batch-sequences-horizon: "
         "seq-mean-token-sum-norm); judged against --aggregation",

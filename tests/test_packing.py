@@ -438,3 +438,68 @@ def test_sigma_ref_check_runs_both_call_shapes_at_every_level() -> None:
         "FAIL test_scaleout_prediction: scaleout_prediction[seq-mean-token-mean,W=2,M=2]: "
         "packed_row_seq_mean:" in run.stdout
     )
+
+
+@pytest.mark.slow
+def test_the_call_shapes_hold_under_the_other_level5_knobs() -> None:
+    """One launch at W = 2, M = 2: the correct packed and pre-scaled losses pass with truncated
+    responses (zero-token responses in rows and scalings), groups split across ranks, equal sizes and
+    the trainer's 1/M, and the three other scalings; a scaling per rank is named as such."""
+    g, shapes = gallery.M, scaleout_losses.M
+    packed = {"layout": "index", "aggregation": "seq-mean-token-mean", "micro_batches": 2}
+    scaled = {"layout": "index", "micro_batches": 2}
+    jobs = {
+        "packed, truncated": ScaleoutJob(
+            ADV, f"{g}:packed_seq_mean", packing="position_ids", mask_truncated=True, **packed
+        ),
+        "varlen, split groups": ScaleoutJob(
+            f"{shapes}:grpo_gathered",
+            f"{g}:packed_seq_mean_varlen",
+            packing="cu_seqlens",
+            split="split-groups",
+            **packed,
+        ),
+        "packed, equal, 1/M": ScaleoutJob(
+            ADV,
+            f"{g}:packed_seq_mean",
+            packing="position_ids",
+            sizes="equal",
+            loss_scale="mean-over-micro-batches",
+            **packed,
+        ),
+        "own tokens, truncated": ScaleoutJob(
+            ADV,
+            f"{g}:prescaled_token_sum",
+            aggregation="seq-mean-token-mean",
+            advantage_scale="sequence-tokens",
+            mask_truncated=True,
+            **scaled,
+        ),
+        "horizon": ScaleoutJob(
+            ADV,
+            f"{g}:prescaled_token_sum",
+            aggregation="seq-mean-token-sum-norm",
+            advantage_scale="batch-sequences-horizon",
+            **scaled,
+        ),
+        "sequences": ScaleoutJob(
+            ADV,
+            f"{g}:prescaled_token_sum",
+            aggregation="seq-mean-token-sum",
+            advantage_scale="batch-sequences",
+            **scaled,
+        ),
+    }
+    wrong = ScaleoutJob(
+        ADV,
+        f"{g}:prescaled_token_sum",
+        aggregation="token-mean",
+        advantage_scale="batch-tokens",
+        advantage_scale_on="rank",
+        **scaled,
+    )
+    *reports, per_rank = run_scaleout_many([*jobs.values(), wrong], world_size=2)
+    for name, report in zip(jobs, reports, strict=True):
+        assert report.passed, (name, report.summary())
+    assert not per_rank.passed
+    assert "advantages scaled per rank, not per optimizer step" in _failed(per_rank), _failed(per_rank)
