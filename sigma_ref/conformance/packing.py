@@ -60,6 +60,7 @@ __all__ = [
     "PACKED_HYPOTHESES",
     "identify_packed",
     "check_packing",
+    "packed_cause",
 ]
 
 #: The keywords a packed loss takes its boundaries by (``--packing`` names the one the trainer uses).
@@ -330,6 +331,32 @@ def identify_packed(
         if ok:
             found.append(h)
     return found
+
+
+def packed_cause(
+    grads: Mapping[tuple[int, int, str], npt.ArrayLike],
+    scores: npt.NDArray[np.float64],
+    advantages: npt.ArrayLike,
+    mask: npt.ArrayLike,
+    lengths: npt.ArrayLike,
+    mode: str,
+    *,
+    assign: Assign,
+    capacity: int,
+    constant: float | None = None,
+) -> str | None:
+    """The words of the row-as-sequence class every configuration confirms (:func:`identify_packed`),
+    led by its name, or None."""
+    found = identify_packed(
+        grads, scores, advantages, mask, lengths, mode, assign=assign, capacity=capacity, constant=constant
+    )
+    if not found:
+        return None
+    probes = ", ".join(f"({w}, {m})" for w, m, _ in grads)
+    return (
+        f"{found[0].name}: {found[0].why} (confirmed: the gradient of a loss taking each packed row as a "
+        f"sequence equals the measured one at every run (W, M) = {probes}, each packed its own way)"
+    )
 
 
 def check_packing(packing: str, loss_params: Sequence[str] | None) -> None:

@@ -107,7 +107,7 @@ from .normalisers import (
     split_pieces,
     token_scores,
 )
-from .packing import PACKING_INPUTS, check_packing, identify_packed, pack, pack_tensor, packing_inputs
+from .packing import PACKING_INPUTS, check_packing, pack, pack_tensor, packed_cause, packing_inputs
 
 __all__ = [
     "GLOBALS",
@@ -1081,7 +1081,7 @@ def _analyse(
     cause = None  # a cause of the packing or the pre-scaled advantages every run confirms
     if aggregation in AGGREGATION_MODES and packing != "none" and lengths is not None:
         grads = {key: readings(np.asarray(r["grad"]), key[1], loss_scale)["none"] for key, r in runs.items()}
-        found = identify_packed(
+        cause = packed_cause(
             grads,
             scores,
             a_full,
@@ -1092,13 +1092,6 @@ def _analyse(
             capacity=PACKED_CAPACITY,
             constant=constant,
         )
-        if found:
-            probes = ", ".join(f"({w}, {m})" for w, m, _ in grads)
-            cause = (
-                f"{found[0].name}: {found[0].why} (confirmed: the gradient of a loss taking each packed row "
-                f"as a sequence equals the measured one at every run (W, M) = {probes}, each packed its own "
-                "way)"
-            )
     if cause is None and aggregation in AGGREGATION_MODES:
         cause = name_advantage_scale(
             g_full,
