@@ -230,3 +230,98 @@ for mode in O.AGGREGATION_MODES:
         )
         assert torch.allclose(got, factor[:, None] * full_w, rtol=1e-14, atol=0), (mode, scope, scale)
 "effective_weights = (lambda / W) * count_global / count_scope * aggregation_weights, every mode"
+
+# %% [markdown]
+# ## Sequence packing: a row taken as a sequence
+#
+# With `--packing` a row holds several responses, of `L_1, ..., L_k` unmasked tokens
+# (`L_row = L_1 + ... + L_k`). `seq-mean-token-mean` weights a token of response `j` by
+# `1 / (N L_j)`; a loss that takes the row as one sequence (a token mean per packed row,
+# `packed_row_seq_mean`) weights it by `1 / (N L_row)`. The ratio is `L_j / L_row`, below 1 for
+# every response that shares its row. A `seq-mean-token-sum` loss that counts rows instead of
+# responses (`packed_row_count`) keeps each response's token sum (a row's sum is the sum of its
+# responses' sums), so its gradient is exactly `N_seq / N_rows` times the correct one.
+
+# %%
+Ls = sp.symbols("L_1:4", positive=True)
+Nq = sp.Symbol("N", positive=True)
+L_row = sum(Ls)
+for L in Ls:
+    ratio = sp.simplify((1 / (Nq * L_row)) / (1 / (Nq * L)))
+    assert sp.simplify(ratio - L / L_row) == 0
+    assert sp.simplify(1 - ratio - (L_row - L) / L_row) == 0 and ((L_row - L) / L_row).is_positive
+S_resp = sp.symbols("S_1:4", real=True)  # the responses' token sums, all in one row
+N_seq, N_rows = sp.symbols("N_seq N_rows", positive=True)
+assert sp.simplify((sum(S_resp) / N_rows) / (sum(S_resp) / N_seq) - N_seq / N_rows) == 0
+
+# %% [markdown]
+# On the designed batch of level 5 (seed 0, 4 groups of 6, rows of `2T = 16` tokens, one process
+# and one micro-batch) `sigma_ref.conformance.packing.row_weights` is exactly these weights, the
+# ratios `L_j / L_row` are mostly below 1, and `packed_row_count`'s factor is `N_seq / N_rows`.
+# The best scalar fit of `packed_row_seq_mean`'s gradient to the correct one is the factor the
+# FAIL prints (`tests/test_packing.py` ties the printed factor to this computation).
+
+# %%
+from fractions import Fraction
+
+import numpy as np
+
+from sigma_ref.conformance import normalisers as NZ
+from sigma_ref.conformance import packing as P
+from sigma_ref.conformance import scaleout as S
+
+design = S._design_batch(0, 4)
+n_resp = design.n
+rows_of = P.row_ids(S._lengths(0, 4), np.zeros(n_resp), np.zeros(n_resp), S.PACKED_CAPACITY)
+L_resp = design.mask.sum(-1).astype(int)
+L_of_row = {r: int(L_resp[rows_of == r].sum()) for r in set(rows_of.tolist())}
+ratios = [Fraction(int(L_resp[i]), L_of_row[int(rows_of[i])]) for i in range(n_resp)]
+w_row = P.row_weights(design.mask, "seq-mean-token-mean", rows_of, num_seqs=n_resp)
+w_ok = O.aggregation_weights(torch.tensor(design.mask), "seq-mean-token-mean").numpy()
+on = design.mask > 0
+expected = np.repeat([float(r) for r in ratios], on.sum(-1))
+assert np.allclose(w_row[on] / w_ok[on], expected, rtol=1e-14, atol=0)
+assert sum(r < 1 for r in ratios) > n_resp // 2
+row_count_factor = Fraction(n_resp, len(L_of_row))
+w_cnt = P.row_weights(design.mask, "seq-mean-token-sum", rows_of, num_seqs=len(L_of_row))
+w_sum = O.aggregation_weights(torch.tensor(design.mask), "seq-mean-token-sum").numpy()
+assert np.allclose(w_cnt, float(row_count_factor) * w_sum, rtol=1e-15, atol=0)
+scores = NZ.token_scores(design.theta, design.feats, design.tokens)
+adv = S.oracle_advantages(torch.tensor(design.rewards), design.index).numpy()
+g_ok = -np.einsum("nt,n,ntd->d", w_ok, adv, scores)
+g_row = -np.einsum("nt,n,ntd->d", w_row, adv, scores)
+c_row = float(g_row @ g_ok / (g_ok @ g_ok))
+assert abs(c_row - 1) > 0.1
+sorted(set(ratios)), row_count_factor, round(c_row, 3)
+
+# %% [markdown]
+# ## The aggregation folded into the advantages
+#
+# A trainer that divides each advantage by a count and then takes a token sum computes
+# `sum_it s_i A_i m_it l_it`: each `--advantage-scale` reproduces one mode exactly
+# (`s_i m_it = w_mode,it`, checked below for every scaling on the designed batch). Scaled by
+# the micro-batch's count `n_rm` instead of the step's `N`, the token sum (times `W`, DDP's
+# `1/W`) is the per-micro-batch normaliser above: the same accumulated gradient, the same
+# factors. A token-mean loss of advantages already divided by `N` (sum normalised twice) is
+# exactly `1/N` times the correct gradient. Scaled by each response's own count
+# (`sequence-tokens`) where `token-mean` is declared (`scale_by_own_tokens`), the weight of a token
+# of response `i` is `N_tok / (N_seq L_i)` times the declared one: 1 only where `L_i` is the
+# mean length.
+
+# %%
+scaled_micro = sum(W * U[key] / n[key] for key in U) / W
+assert sp.simplify(scaled_micro - accumulated("micro-batch", W)) == 0
+assert sp.simplify((sum(U.values()) / N) / N / full - 1 / N) == 0
+N_tok, L_i = sp.symbols("N_tok L_i", positive=True)
+own = sp.simplify((1 / (N_seq * L_i)) / (1 / N_tok))
+assert sp.simplify(own - N_tok / (N_seq * L_i)) == 0 and sp.solve(sp.Eq(own, 1), L_i) == [N_tok / N_seq]
+mask_t = torch.tensor(design.mask)
+tok_d, seq_d = int(design.mask.sum()), int((design.mask.sum(-1) > 0).sum())
+for scale_name, mode in NZ.ADVANTAGE_SCALE_MODES.items():
+    s = NZ.advantage_scales(design.mask, scale_name, num_tokens=tok_d, num_seqs=seq_d)
+    assert torch.allclose(
+        torch.tensor(s)[:, None] * mask_t, O.aggregation_weights(mask_t, mode), rtol=1e-15, atol=0
+    ), scale_name
+own_ratios = {Fraction(tok_d, seq_d * int(v)) for v in L_resp}
+assert len(own_ratios) > 1  # not every response has the mean length: the weights differ
+sorted(own_ratios), Fraction(1, tok_d)

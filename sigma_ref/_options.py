@@ -26,6 +26,9 @@ __all__ = [
     "SPLITS",
     "LOSS_SCALES",
     "SPLIT_SIZES",
+    "PACKINGS",
+    "ADVANTAGE_SCALES",
+    "ADVANTAGE_SCALE_SCOPES",
     "RETURNS",
     "KEEP_METRICS",
     "OBJECTIVES",
@@ -55,6 +58,20 @@ SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
 #: Level 5: ranks and micro-batches with different response counts, or equal ones.
 SPLIT_SIZES: tuple[str, ...] = ("uneven", "equal")
+#: Level 5: several responses per row, their boundaries as ``position_ids`` or ``cu_seqlens``.
+PACKINGS: tuple[str, ...] = ("none", "position_ids", "cu_seqlens")
+#: Level 5: the aggregation folded into the advantages before a token-sum loss (each reproduces one
+#: mode: none token-sum, batch-tokens token-mean, sequence-tokens seq-mean-token-mean,
+#: batch-sequences seq-mean-token-sum, batch-sequences-horizon seq-mean-token-sum-norm), and the
+#: batch whose counts the scaling takes.
+ADVANTAGE_SCALES: tuple[str, ...] = (
+    "none",
+    "batch-tokens",
+    "sequence-tokens",
+    "batch-sequences",
+    "batch-sequences-horizon",
+)
+ADVANTAGE_SCALE_SCOPES: tuple[str, ...] = ("step", "rank", "micro-batch")
 #: Layout token: what the returns may be declared to equal (``Adapter.returns``).
 RETURNS: tuple[str, ...] = ("advantages",)
 #: A keep-mask filter's metric (``Adapter.keep_metric``): k counted on the accuracy or the reward.
@@ -378,6 +395,35 @@ OPTIONS: tuple[Option, ...] = (
         "level 5: fill logp at masked positions with this (nan, inf): it must not reach the loss",
         metavar="X",
         type=float,
+        group="scale-out",
+    ),
+    Option(
+        "packing",
+        "level 5: pack several responses per row (capacity 2T) and pass their boundaries to the loss as "
+        "position_ids= (restarting at 0 for each response) or cu_seqlens= (cumulative lengths over the "
+        "flattened rows, flash-attn varlen style); sequence-mean modes must take each response, not each "
+        "row, as a sequence",
+        default="none",
+        choices=PACKINGS,
+        group="scale-out",
+    ),
+    Option(
+        "advantage-scale",
+        "level 5 (and the loss calls of levels 0-4): the aggregation folded into the advantages before a "
+        "token-sum loss, as the trainer does: "
+        "A_i/N_tok (batch-tokens: token-mean), A_i/(N_seq L_i) (sequence-tokens: seq-mean-token-mean), "
+        "A_i/N_seq (batch-sequences: seq-mean-token-sum), A_i/(N_seq C) (batch-sequences-horizon: "
+        "seq-mean-token-sum-norm); judged against --aggregation",
+        default="none",
+        choices=ADVANTAGE_SCALES,
+        group="scale-out",
+    ),
+    Option(
+        "advantage-scale-on",
+        "level 5: the batch whose counts --advantage-scale divides by: step (the optimizer step's batch, "
+        "all ranks and micro-batches), rank (this rank's shard) or micro-batch",
+        default="step",
+        choices=ADVANTAGE_SCALE_SCOPES,
         group="scale-out",
     ),
     Option(

@@ -360,6 +360,10 @@ def conformance_context(config: pytest.Config) -> Any:
                 **_objective_options(config),
             )
             scaleout = _scaleout_options(config)  # level 5's, when asked for
+            if scaleout is not None:
+                from sigma_ref.conformance.launch import check_options
+
+                check_options(scaleout, ctx.adapter.loss)
             state["context"] = ctx if scaleout is None else dataclasses.replace(ctx, scaleout=scaleout)
         except (ValueError, TypeError, ImplementationError) as exc:
             # the implementation's own failure (its import raised, a probe ended the process's
@@ -401,7 +405,14 @@ def _scaleout_options(config: pytest.Config) -> Any:
     neither ``--sigma-ref-world-size`` nor ``--sigma-ref-micro-batches`` is given."""
     W = config.getoption("sigma_ref_world_size", None)
     M = config.getoption("sigma_ref_micro_batches", None)
+    packing = config.getoption("sigma_ref_packing", "none") or "none"
+    scale = config.getoption("sigma_ref_advantage_scale", "none") or "none"
     if W is None and M is None:
+        from sigma_ref.conformance.launch import LEVEL5_ONLY
+
+        for name, value in (("packing", packing), ("advantage-scale", scale)):
+            if value != "none":
+                raise ValueError(LEVEL5_ONLY.format(option=f"--{name} {value}"))
         return None
     from sigma_ref.conformance.launch import ScaleoutOptions
 
@@ -421,6 +432,9 @@ def _scaleout_options(config: pytest.Config) -> Any:
         steps_per_generation=config.getoption("sigma_ref_steps_per_generation", 1),
         mask_truncated=config.getoption("sigma_ref_mask_truncated", False),
         pad_value=config.getoption("sigma_ref_pad_value", None),
+        packing=packing,
+        advantage_scale=scale,
+        advantage_scale_on=config.getoption("sigma_ref_advantage_scale_on", "step") or "step",
     )
 
 

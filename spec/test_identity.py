@@ -41,10 +41,11 @@ from sigma_ref.conformance.inputs import (
     call_loss,
     groups_of,
     keyword_inputs,
+    loss_keywords,
     needs_loss,
     needs_policy_loss,
+    prescaled_advantages,
     seeded,
-    single_process_globals,
 )
 from sigma_ref.conformance.loss_precision import loss_precision, precision_cause
 from sigma_ref.conformance.precision import (
@@ -997,8 +998,9 @@ def _objective_gradient(
     assert ctx.adapter.loss is not None
     leaf = x["logp"].clone().requires_grad_(True)
     extra: dict[str, Any] = {k: x[k] for k in sorted(_loss_inputs(ctx))}
-    extra.update(single_process_globals(ctx, x["mask"]))
-    out = guarded(ctx.adapter.loss, leaf, x["old_logp"], x["advantages"], x["mask"], what=call, **extra)
+    extra.update(loss_keywords(ctx, x["mask"]))
+    adv = prescaled_advantages(ctx, x["advantages"], x["mask"])
+    out = guarded(ctx.adapter.loss, leaf, x["old_logp"], adv, x["mask"], what=call, **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]
     if not isinstance(out, torch.Tensor) or out.numel() != 1:

@@ -9,7 +9,9 @@ These are conformance properties like those of levels 0 to 4: they run when the 
 level 5's options (``--sigma-ref-world-size W`` and/or ``--sigma-ref-micro-batches M``, ``1,2,3``
 for several; ``sigma-ref check --world-size W --micro-batches M``), with ``--sigma-ref-split``,
 ``--sigma-ref-loss-scale``, ``--sigma-ref-scaleout-timeout``, ``--sigma-ref-backend`` and
-``--sigma-ref-rendezvous-host``; otherwise they are skipped with the reason. The implementation,
+``--sigma-ref-rendezvous-host``, and the call shapes ``--sigma-ref-packing`` (packed rows,
+``sigma_ref.conformance.packing``) and ``--sigma-ref-advantage-scale``/``-on`` (pre-scaled
+advantages, a token-sum loss); otherwise they are skipped with the reason. The implementation,
 layout, hooks, loss and declared aggregation are those of levels 0 to 4. Every configuration runs
 in one launch of W processes per run (:func:`sigma_ref.conformance.launch.scaleout_report`); each
 property below judges its own results, one per configuration.

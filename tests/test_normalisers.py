@@ -290,6 +290,8 @@ def test_every_pattern_has_a_wrong_and_a_correct_entry() -> None:
         "uneven splits",
         "count taken before the mask changed",
         "NaN or inf at masked positions",
+        "sequence packing",
+        "aggregation folded into the advantages",
     }
     for pattern, (wrong, correct) in gallery.PATTERNS.items():
         assert wrong and correct, pattern

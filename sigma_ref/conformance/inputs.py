@@ -37,6 +37,8 @@ __all__ = [
     "POLICY_T",
     "Policy",
     "call_loss",
+    "loss_keywords",
+    "prescaled_advantages",
     "check_loss_call",
     "LOSS_EXTRAS",
     "keyword_inputs",
@@ -149,6 +151,7 @@ def call_loss(
     assert ctx.adapter.loss is not None
     where = "at ratio 1" if old_logp is None else "at ratio != 1"
     old, extra = _loss_inputs(ctx, logp, mask, old_logp)
+    adv = prescaled_advantages(ctx, adv, mask)
     out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}", **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]  # (loss, metrics), as many trainers return
@@ -165,13 +168,58 @@ def _loss_inputs(
     """``old_logp`` (``logp`` detached: ratio 1, unless given) and the keyword inputs the loss takes.
 
     A loss that requires the reference or rollout log-probs gets neutral ones: ``ref_logp = logp``
-    (a k2 or k3 term has no gradient there) and ``rollout_logp = old_logp`` (importance weight 1)."""
+    (a k2 or k3 term has no gradient there) and ``rollout_logp = old_logp`` (importance weight 1).
+    A loss that takes ``position_ids=`` or ``cu_seqlens=`` gets the boundaries of one response per
+    row (:func:`~.packing.unpacked_inputs`)."""
     assert ctx.adapter.loss is not None
     old = logp.detach() if old_logp is None else old_logp
     neutral = {"ref_logp": logp.detach(), "rollout_logp": old.detach()}
     extra: dict[str, Any] = {k: neutral[k] for k in sorted(required_extras(ctx.adapter.loss))}
-    extra.update(single_process_globals(ctx, mask))
+    extra.update(loss_keywords(ctx, mask))
     return old, extra
+
+
+def loss_keywords(ctx: Context, mask: torch.Tensor) -> dict[str, Any]:
+    """The keyword inputs of one process's loss call besides the objective inputs: the level-5
+    globals the loss declares (:func:`single_process_globals`) and, for a loss written for packed
+    rows, ``position_ids=``/``cu_seqlens=`` of one response per row."""
+    assert ctx.adapter.loss is not None
+    return {**single_process_globals(ctx, mask), **_boundaries(ctx.adapter.loss, mask)}
+
+
+def prescaled_advantages(ctx: Context, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``adv`` as the trainer hands it to the loss under ``--advantage-scale`` (one process, one
+    micro-batch: the counts of ``mask``), else unchanged: a token-sum loss of pre-scaled advantages
+    is judged at every level under the aggregation the scaling reproduces
+    (:func:`~sigma_ref.conformance.normalisers.advantage_scales`)."""
+    opts = ctx.scaleout
+    if opts is None or opts.advantage_scale == "none":
+        return adv
+    from .normalisers import advantage_scales
+
+    m = mask.detach().cpu().numpy()
+    scale = advantage_scales(
+        m,
+        opts.advantage_scale,
+        num_tokens=float(m.sum()),
+        num_seqs=float((m.sum(-1) > 0).sum()),
+        constant=ctx.adapter.aggregation_constant,
+    )
+    return adv * torch.as_tensor(scale, dtype=adv.dtype, device=adv.device)
+
+
+def _boundaries(loss: Any, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``position_ids=``/``cu_seqlens=`` of the unpacked layout (one response per row) for a loss
+    written for packed rows (level 5's ``--packing``), as its signature names them."""
+    import inspect
+
+    from .packing import PACKING_INPUTS, unpacked_inputs
+
+    try:
+        params = inspect.signature(loss).parameters
+    except (TypeError, ValueError):
+        return {}
+    return unpacked_inputs([k for k in PACKING_INPUTS if k in params], mask)
 
 
 #: How the suite calls a loss (``spec/README.md``, "Call shapes").
@@ -200,7 +248,7 @@ def check_loss_call(ctx: Context) -> None:
     logp = pol.logp().detach().requires_grad_(True)
     adv = torch.linspace(-1.5, 2.0, 8, dtype=torch.float64)
     old, extra = _loss_inputs(ctx, logp, pol.mask, None)
-    args = (logp, old, adv, pol.mask)
+    args = (logp, old, prescaled_advantages(ctx, adv, pol.mask), pol.mask)
     passed = ", ".join(
         [f"{n}={_shape_of(a)}" for n, a in zip(("logp", "old_logp", "advantages", "mask"), args, strict=True)]
         + [f"{k}={_shape_of(v)}" for k, v in extra.items()]

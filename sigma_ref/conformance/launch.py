@@ -16,18 +16,32 @@ and any caller that builds a context with them.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from .._options import ADVANTAGE_SCALE_SCOPES, ADVANTAGE_SCALES, PACKINGS
 from .levels import Verdict
 from .scaleout import LOSS_SCALES, RENDEZVOUS_HOST, SPLITS, ScaleoutReport, ScaleoutResult
 
 if TYPE_CHECKING:
     from .core import Context
 
-__all__ = ["ScaleoutOptions", "scaleout_report", "scaleout_results", "NOT_ASKED"]
+__all__ = [
+    "ScaleoutOptions",
+    "scaleout_report",
+    "scaleout_results",
+    "NOT_ASKED",
+    "LEVEL5_ONLY",
+    "check_options",
+]
 
 #: Why level 5 is skipped when no option asks for it.
 NOT_ASKED = "level 5 runs real torch.distributed processes only when asked: --world-size W --micro-batches M"
+
+#: Why an option of level 5's call shape is a usage error without level 5 (``{option}``: the option).
+LEVEL5_ONLY = (
+    "{option} is an option of level 5, which runs only with --world-size W (and --micro-batches M): add "
+    "them, e.g. --world-size 2 --micro-batches 1,2,3, or drop {option}"
+)
 
 #: The oracle the suite tests by default, as the ranks import it (the token-mean reference loss).
 _ORACLE_ADVANTAGES = "sigma_ref.conformance.scaleout:oracle_advantages"
@@ -41,7 +55,8 @@ class ScaleoutOptions:
     ``impl``/``loss``/``layout``/``output``: as given to the suite (``None``: the oracle, or the
     Adapter's own); ``world_size`` W; ``micro_batches``: every M checked; ``split``, ``loss_scale``,
     ``timeout``, ``backend``, ``rendezvous_host``, ``seed``, and the normaliser patterns' ``sizes``,
-    ``steps_per_generation``, ``mask_truncated``, ``pad_value``: :func:`~.scaleout.run_scaleout`'s.
+    ``steps_per_generation``, ``mask_truncated``, ``pad_value``, ``packing``, ``advantage_scale``,
+    ``advantage_scale_on``: :func:`~.scaleout.run_scaleout`'s.
     """
 
     impl: str | None = None
@@ -60,16 +75,47 @@ class ScaleoutOptions:
     steps_per_generation: int = 1
     mask_truncated: bool = False
     pad_value: float | None = None
+    packing: str = "none"
+    advantage_scale: str = "none"
+    advantage_scale_on: str = "step"
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
             raise ValueError(f"split={self.split!r} must be one of {SPLITS}")
         if self.loss_scale not in LOSS_SCALES:
             raise ValueError(f"loss_scale={self.loss_scale!r} must be one of {LOSS_SCALES}")
+        for name, value, allowed in (
+            ("packing", self.packing, PACKINGS),
+            ("advantage_scale", self.advantage_scale, ADVANTAGE_SCALES),
+            ("advantage_scale_on", self.advantage_scale_on, ADVANTAGE_SCALE_SCOPES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} must be one of {allowed}")
 
     def describe(self) -> str:
         """``W=2, M=2,3, whole-groups``."""
         return f"W={self.world_size}, M={','.join(map(str, self.micro_batches))}, {self.split}"
+
+
+def check_options(opts: ScaleoutOptions, loss: Any) -> None:
+    """Usage errors of level 5's options against the loss under test, before anything runs: a
+    ``packing`` the loss cannot take (it takes neither ``position_ids=`` nor ``cu_seqlens=``), an
+    ``advantage_scale`` without a loss."""
+    import inspect
+
+    from .packing import check_packing
+
+    if opts.packing != "none":
+        try:
+            params = None if loss is None else list(inspect.signature(loss).parameters)
+        except (TypeError, ValueError):
+            params = []
+        check_packing(opts.packing, params)
+    if opts.advantage_scale != "none" and loss is None:
+        raise ValueError(
+            f"--advantage-scale {opts.advantage_scale} scales the advantages a loss gets: give the loss "
+            "(--loss PKG.MODULE:ATTR), or drop --advantage-scale"
+        )
 
 
 JAX_LEVEL5 = (
@@ -123,6 +169,9 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
                 steps_per_generation=opts.steps_per_generation,
                 mask_truncated=opts.mask_truncated,
                 pad_value=opts.pad_value,
+                packing=opts.packing,
+                advantage_scale=opts.advantage_scale,
+                advantage_scale_on=opts.advantage_scale_on,
             )
         except (ValueError, TypeError) as exc:
             memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {exc}", opts.describe()))

@@ -30,6 +30,16 @@ configuration the check ran ((W, M) and its probes (1, M), (1, M + 1), (W, 1)); 
 named only when its prediction equals the measured gradient at every one of them
 (:func:`identify`), so a cause is printed only when the probes confirm it.
 
+**Aggregation folded into the advantages** (:data:`ADVANTAGE_SCALE_MODES`, ``--advantage-scale``):
+a trainer may divide each advantage by a count of its mini-batch and then take a plain token sum.
+Each scaling reproduces one aggregation mode exactly (:func:`advantage_scales`: ``s_i m_it`` is
+the mode's weight); the check hands the loss ``s_i A_i`` with the counts of the batch
+``--advantage-scale-on`` names, and judges the token sum against the declared aggregation. A
+scaling over a micro-batch or a rank instead of the step is named as the per-piece normaliser it
+is (:func:`advantage_scope_labels`); a scaling for another mode (``scale_by_own_tokens``) or a loss
+that normalises the scaled advantages again (sum normalised twice) by
+:func:`name_advantage_scale`.
+
 >>> uneven_sizes(6, 3)
 [1, 2, 3]
 >>> [len(p) for p in split_pieces(7, 2, "equal")], [len(p) for p in split_pieces(7, 2, "uneven")]
@@ -46,7 +56,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from .._options import LOSS_SCALES, SPLIT_SIZES
+from .._options import ADVANTAGE_SCALES, LOSS_SCALES, SPLIT_SIZES
+from ..conventions import AGGREGATION_MODES
 from ..objectives import aggregation_weights, effective_weights
 
 __all__ = [
@@ -60,6 +71,10 @@ __all__ = [
     "token_scores",
     "hypothesis_gradient",
     "identify",
+    "ADVANTAGE_SCALE_MODES",
+    "advantage_scales",
+    "advantage_scope_labels",
+    "name_advantage_scale",
 ]
 
 #: How a batch is cut into ranks and micro-batches (module doc; ``--split-sizes``).
@@ -446,6 +461,8 @@ class Judge:
     assign: Assign
     constant: float | None = None
     counts: Mapping[str, tuple[float, float]] | None = None
+    #: hypothesis name -> (label, why) where the pattern has its own words (:func:`advantage_scope_labels`)
+    relabel: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
     def _found(
         self,
@@ -472,9 +489,11 @@ class Judge:
         )
         return found, list(grads)
 
-    @staticmethod
-    def _words(found: Sequence[Hypothesis], mode: str, where: Sequence[tuple[int, int, str]]) -> str:
+    def _words(self, found: Sequence[Hypothesis], mode: str, where: Sequence[tuple[int, int, str]]) -> str:
         h = found[0]
+        if h.name in self.relabel:
+            label, why = self.relabel[h.name]
+            h = dataclasses.replace(h, label=label, why=why)
         unit = "token" if mode == "token-mean" else "response"
         probes = ", ".join(f"({w}, {m})" for w, m, _ in where)
         text = (
@@ -531,3 +550,132 @@ class Judge:
             return None
         measured = f"the full-batch gradient is {c:.3g}x the {aggregation} prediction"
         return self._words(found, aggregation, where).format(measured=measured)
+
+
+# ---------------------------------------------------------------------------
+# the aggregation folded into the advantages
+
+#: ``--advantage-scale`` -> the aggregation mode a token-sum loss of the scaled advantages computes.
+ADVANTAGE_SCALE_MODES: dict[str, str] = dict(
+    zip(
+        ADVANTAGE_SCALES,
+        ("token-sum", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+        strict=True,
+    )
+)
+
+
+def advantage_scales(
+    mask: npt.ArrayLike,
+    scale: str,
+    *,
+    num_tokens: float,
+    num_seqs: float,
+    constant: float | None = None,
+) -> npt.NDArray[np.float64]:
+    """The factor ``s_i`` a trainer multiplies advantage ``A_i`` by (``[n]``), with the counts given.
+
+    ``none``: 1; ``batch-tokens``: ``1/N_tok``; ``sequence-tokens``: ``1/(N_seq L_i)`` (``L_i``:
+    response i's unmasked tokens; 0 for a response without any); ``batch-sequences``:
+    ``1/N_seq``; ``batch-sequences-horizon``: ``1/(N_seq C)`` (``C``: ``constant``, default the
+    padded width T). ``s_i m_it`` is :func:`~sigma_ref.objectives.aggregation_weights` of
+    the mode ``ADVANTAGE_SCALE_MODES[scale]`` with the same counts.
+
+    >>> advantage_scales([[1, 1, 0], [1, 0, 0]], "sequence-tokens", num_tokens=3, num_seqs=2).tolist()
+    [0.25, 0.5]
+    """
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale={scale!r} must be one of {ADVANTAGE_SCALES}")
+    m = np.asarray(mask, dtype=np.float64)
+    n = m.shape[0]
+    if scale == "none":
+        return np.ones(n)
+    if scale == "batch-tokens":
+        return np.full(n, 1.0 / num_tokens)
+    if scale == "sequence-tokens":
+        lengths = m.sum(-1)
+        return np.where(lengths > 0, 1.0 / (num_seqs * np.maximum(lengths, 1.0)), 0.0)
+    if scale == "batch-sequences":
+        return np.full(n, 1.0 / num_seqs)
+    return np.full(n, 1.0 / (num_seqs * (m.shape[-1] if constant is None else constant)))
+
+
+def advantage_scope_labels(scale: str, scope: str) -> dict[str, tuple[str, str]]:
+    """The words of the per-piece class a scaling over ``scope`` (not the optimizer step) shows.
+
+    A token-sum loss (times W) of advantages divided by the micro-batch's (the rank's) count
+    weights each token by the piece's count: the hypothesis ``micro-sum`` (``rank-count``).
+
+    >>> advantage_scope_labels("batch-tokens", "micro-batch")["micro-sum"][0]
+    'advantages scaled per micro-batch, not per optimizer step'
+    """
+    if scale == "none" or scope == "step":
+        return {}
+    name = {"micro-batch": "micro-sum", "rank": "rank-count"}[scope]
+    return {
+        name: (
+            f"advantages scaled per {scope}, not per optimizer step",
+            f"--advantage-scale {scale} divides each advantage by the {scope}'s count "
+            f"(--advantage-scale-on {scope}), so the token sum weights each {scope} by its own count; "
+            "divide by the optimizer step's count (all ranks, all micro-batches)",
+        )
+    }
+
+
+#: Wrong (scaling, declared aggregation) pairs with a name of their own.
+_SCALE_CLASSES: dict[tuple[str, str], str] = {
+    ("sequence-tokens", "token-mean"): "scale_by_own_tokens",
+    ("batch-tokens", "seq-mean-token-mean"): "scale_by_batch_tokens",
+}
+
+
+def name_advantage_scale(
+    grad: npt.ArrayLike,
+    scores: npt.NDArray[np.float64],
+    advantages: npt.ArrayLike,
+    mask: npt.ArrayLike,
+    *,
+    scale: str,
+    aggregation: str,
+    constant: float | None = None,
+) -> str | None:
+    """Why the full-batch gradient (one process, one micro-batch, reading ``none``) of a loss given
+    advantages pre-scaled by ``scale`` is not the declared ``aggregation``'s, or None.
+
+    Tried in turn, each a prediction of the whole gradient vector that must equal the measured
+    one: the loss is a token sum, so the scaling reproduces another mode (``scale_by_own_tokens``:
+    ``sequence-tokens`` under a declared ``token-mean``); the loss normalises the scaled
+    advantages again with a mode's own normaliser (sum normalised twice).
+    """
+    if scale == "none" or aggregation not in AGGREGATION_MODES:
+        return None
+    m = np.asarray(mask, dtype=np.float64)
+    tok, seq = float(m.sum()), float((m.sum(-1) > 0).sum())
+    c = constant
+    s = advantage_scales(m, scale, num_tokens=tok, num_seqs=seq, constant=c)
+    adv = np.asarray(advantages, dtype=np.float64)
+    g = np.asarray(grad, dtype=np.float64)
+    reproduced = ADVANTAGE_SCALE_MODES[scale]
+    for mode in ("token-sum", *(x for x in AGGREGATION_MODES if x != "token-sum")):
+        w = aggregation_weights(
+            torch.as_tensor(m), mode, constant=c if mode == "seq-mean-token-sum-norm" else None
+        ).numpy()
+        if not _close(g, -np.einsum("nt,n,ntd->d", s[:, None] * w, adv, scores)):
+            continue
+        if mode == "token-sum":
+            if reproduced == aggregation:
+                return None
+            name = _SCALE_CLASSES.get((scale, aggregation), "advantages scaled for another aggregation")
+            return (
+                f"{name}: --advantage-scale {scale} folds {reproduced} into the advantages, but the declared "
+                f"aggregation is {aggregation} (confirmed: the token sum of the scaled advantages equals the "
+                f"{reproduced} prediction); scale by --advantage-scale "
+                + next(k for k, v in ADVANTAGE_SCALE_MODES.items() if v == aggregation)
+            )
+        return (
+            f"sum normalised twice: the loss applies {mode}'s normaliser to advantages --advantage-scale "
+            f"{scale} already divided (confirmed: the full-batch gradient equals that of the {mode} weights "
+            f"applied to advantages scaled for {reproduced}); with pre-scaled advantages the loss must be a "
+            "plain token sum (times world_size)"
+        )
+    return None

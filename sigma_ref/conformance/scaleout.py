@@ -39,6 +39,13 @@ to 4 use at ratio 1 (``old_logp = ref_logp = rollout_logp = logp.detach()``: imp
 no k2 or k3 gradient), so the oracle's policy-gradient prediction holds for a PPO + TIS + k2/k3 loss.
 Without a loss only ``scaleout_advantages`` runs.
 
+**Packing** (``packing``, :mod:`~.packing`): each micro-batch's responses packed into rows of
+:data:`PACKED_CAPACITY` tokens, their boundaries passed as ``position_ids=`` or ``cu_seqlens=``.
+**Advantages pre-scaled** (``advantage_scale``, ``advantage_scale_on``,
+:func:`~.normalisers.advantage_scales`): the loss gets ``s_i A_i`` with the counts of the step,
+the rank's shard or the micro-batch, as a trainer that folds the aggregation into the advantages
+hands them to a token-sum loss.
+
 **Rendezvous**: rank 0's store listens on ``rendezvous_host`` (default ``127.0.0.1``, loopback
 only; gloo and nccl are pinned to the loopback interface too); give an interface address only for
 a run whose ranks must reach it from other hosts. ``spec/README.md`` (level 5) documents the protocol
@@ -83,17 +90,31 @@ import torch
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
+from .._options import ADVANTAGE_SCALE_SCOPES
 from ..conventions import AGGREGATION_MODES
 from ..objectives import PROMPT_MEAN, aggregation_weights, prompt_mean_weights
 from .adapter import LAYOUTS, LOSS_EXTRAS, Adapter, Batch, load_adapter
 from .levels import Verdict
-from .normalisers import SIZES, Judge, judge_reading, split_pieces, token_scores
+from .normalisers import (
+    ADVANTAGE_SCALE_MODES,
+    SIZES,
+    Judge,
+    advantage_scales,
+    advantage_scope_labels,
+    judge_reading,
+    name_advantage_scale,
+    readings,
+    split_pieces,
+    token_scores,
+)
+from .packing import PACKING_INPUTS, check_packing, pack, pack_tensor, packed_cause, packing_inputs
 
 __all__ = [
     "GLOBALS",
     "declared_globals",
     "loss_globals",
     "HORIZON",
+    "PACKED_CAPACITY",
     "LOSS_SCALES",
     "SPLITS",
     "ScaleoutJob",
@@ -308,6 +329,8 @@ _G, _T, _V, _D = 6, 8, 6, 4
 #: The padded response length of the designed batch (the ``C = T`` of a seq-mean-token-sum-norm
 #: whose constant is the padded width, verl's default and TRL's ``max_completion_length``).
 HORIZON: int = _T
+#: Tokens per packed row under ``packing`` (two padded widths: a row holds two to several responses).
+PACKED_CAPACITY: int = 2 * _T
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,6 +385,12 @@ def _job_batch(seed: int, n_groups: int, mask_truncated: bool) -> _Batch:
     if not mask_truncated:
         return batch
     return dataclasses.replace(batch, mask=batch.mask * (batch.mask.sum(-1, keepdims=True) < _T))
+
+
+def _lengths(seed: int, n_groups: int) -> np.ndarray:
+    """Each response's length as designed (before a truncation mask): the tokens packing places."""
+    lengths: np.ndarray = _design_batch(seed, n_groups).mask.sum(-1).astype(np.int64)
+    return lengths
 
 
 def _counts(mask: np.ndarray) -> tuple[int, int]:
@@ -451,7 +480,7 @@ _POSITIONAL: dict[str, int] = {
     "sizes": 2,
 }
 #: What the harness can pass a loss by keyword: the globals and the objective inputs.
-_LOSS_VOCABULARY: tuple[str, ...] = (*GLOBALS, *LOSS_EXTRAS)
+_LOSS_VOCABULARY: tuple[str, ...] = (*GLOBALS, *LOSS_EXTRAS, *PACKING_INPUTS)
 
 
 def _resolve(
@@ -514,6 +543,10 @@ class _JobConfig(TypedDict):
     steps_per_generation: int
     mask_truncated: bool
     pad_value: float | None
+    packing: str
+    advantage_scale: str
+    advantage_scale_on: str
+    aggregation_constant: float | None
 
 
 class _LaunchConfig(TypedDict):
@@ -610,6 +643,7 @@ def _run_job(
 
     batch = _job_batch(job["seed"], _n_groups(W, job["sizes"]), job["mask_truncated"])
     generation = _outside_counts(job, _n_groups(W, job["sizes"]))["generation"]
+    lengths = _lengths(job["seed"], _n_groups(W, job["sizes"]))
     adapter, loss_fn = _resolve(job["impl"], job["layout"], job["loss"], job["output"])
     loss_kw = [] if loss_fn is None else _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
     adv_kw = _advantage_globals(adapter)
@@ -642,8 +676,27 @@ def _run_job(
             assert loss_fn is not None
             r = rows_t[torch.tensor(piece, device=device)]
             logp = _token_logp(theta, feats[r], tokens[r])
+            piece_adv = adv[torch.tensor(piece, device=device)]
+            if job["advantage_scale"] != "none":  # the trainer folds the aggregation into the advantages
+                scope = {"step": batch.mask, "rank": batch.mask[rows], "micro-batch": batch.mask[rows[piece]]}
+                tok, seq = _counts(scope[job["advantage_scale_on"]])
+                scale = advantage_scales(
+                    batch.mask[rows[piece]],
+                    job["advantage_scale"],
+                    num_tokens=tok,
+                    num_seqs=seq,
+                    constant=job["aggregation_constant"],
+                )
+                piece_adv = piece_adv * torch.tensor(scale, device=device)
+            piece_mask = mask[r]
+            packed = {}
+            if job["packing"] != "none":  # several responses per row, their boundaries by keyword
+                packing = pack(lengths[rows[piece]], PACKED_CAPACITY, _T)
+                logp, piece_mask = pack_tensor(logp, packing), pack_tensor(piece_mask, packing)
+                piece_adv = piece_adv[torch.tensor(packing.order, device=device)]
+                packed = packing_inputs(PACKING_INPUTS, packing, device)
             if job["pad_value"] is not None:  # padded log-probs holding NaN or inf, on the gradient's path
-                logp = logp + torch.where(mask[r] > 0, 0.0, job["pad_value"]).to(logp.dtype)
+                logp = logp + torch.where(piece_mask > 0, 0.0, job["pad_value"]).to(logp.dtype)
             values = loss_globals(
                 batch.mask[rows[piece]],
                 rank_mask=batch.mask[rows],
@@ -658,14 +711,9 @@ def _run_job(
             # the objective inputs, this micro-batch's rows: neutral at ratio 1, as at levels 0 to 4
             values.update(dict.fromkeys(LOSS_EXTRAS, logp.detach()))
             values["generation_num_tokens"], values["generation_num_seqs"] = generation
+            values.update(packed)
             say(f"the loss at {tag}, micro-batch {j}")
-            out = loss_fn(
-                logp,
-                logp.detach(),
-                adv[torch.tensor(piece, device=device)],
-                mask[r],
-                **{k: values[k] for k in loss_kw},
-            )
+            out = loss_fn(logp, logp.detach(), piece_adv, piece_mask, **{k: values[k] for k in loss_kw})
             value = out[0] if isinstance(out, (tuple, list)) else out
             if not isinstance(value, torch.Tensor) or value.numel() != 1:
                 raise TypeError(f"the loss returned {value!r} at {tag}; it should return a scalar Tensor")
@@ -951,6 +999,10 @@ def _analyse(
     sizes: str = "equal",
     counts: Mapping[str, tuple[int, int]] | None = None,
     pad_value: float | None = None,
+    packing: str = "none",
+    lengths: np.ndarray | None = None,
+    advantage_scale: str = "none",
+    advantage_scale_on: str = "step",
 ) -> list[ScaleoutResult]:
     results = []
     full = runs[(1, 1, "whole-groups")]
@@ -1015,15 +1067,41 @@ def _analyse(
         results.append(
             ScaleoutResult("scaleout_aggregation", "NOTE", None, f"no aggregation declared; {detected}")
         )
+    scores = token_scores(batch.theta, batch.feats, batch.tokens)
     judge = Judge(
-        token_scores(batch.theta, batch.feats, batch.tokens),
+        scores,
         a_full,
         batch.mask,
         matches[0] if matches and matches[0] in AGGREGATION_MODES else None,
         lambda w, m, s: _assignment(batch, w, m, s, sizes),
         constant,
         counts,
+        advantage_scope_labels(advantage_scale, advantage_scale_on),
     )
+    cause = None  # a cause of the packing or the pre-scaled advantages every run confirms
+    if aggregation in AGGREGATION_MODES and packing != "none" and lengths is not None:
+        grads = {key: readings(np.asarray(r["grad"]), key[1], loss_scale)["none"] for key, r in runs.items()}
+        cause = packed_cause(
+            grads,
+            scores,
+            a_full,
+            batch.mask,
+            lengths,
+            aggregation,
+            assign=judge.assign,
+            capacity=PACKED_CAPACITY,
+            constant=constant,
+        )
+    if cause is None and aggregation in AGGREGATION_MODES:
+        cause = name_advantage_scale(
+            g_full,
+            scores,
+            a_full,
+            batch.mask,
+            scale=advantage_scale,
+            aggregation=aggregation,
+            constant=constant,
+        )
     for M in Ms:
         results += _per_split(
             runs,
@@ -1039,6 +1117,7 @@ def _analyse(
             detected,
             constant,
             judge,
+            cause,
         )
     return results
 
@@ -1057,6 +1136,7 @@ def _per_split(
     detected: str,
     constant: float | None = None,
     judge: Judge | None = None,
+    cause: str | None = None,
 ) -> list[ScaleoutResult]:
     results = []
     # (a) the split gradient against the same code's full-batch gradient, under both readings of
@@ -1078,6 +1158,11 @@ def _per_split(
         )
     else:
         named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c, resid)
+        if cause is not None and adv_ok:
+            named = (
+                f"{cause}: the accumulated, rank-averaged gradient is {_scale(c, resid)} the full-batch "
+                f"gradient at W = {W}, M = {M}"
+            )
         results.append(
             ScaleoutResult(
                 prop,
@@ -1111,13 +1196,16 @@ def _per_split(
             )
             countable = judge is not None and ef > _RTOL and aggregation in AGGREGATION_MODES
             named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
-            why += f". {named}" if named else ""
+            own = cause if cause and adv_ok and not named else None  # its class leads the line
+            why += f". {named}" if named else f". {own}" if own else ""
+            lead = own.split(":", 1)[0] + ": " if own else ""
             results.append(
                 ScaleoutResult(
                     prop,
                     "FAIL",
                     cp,
-                    f"the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; {why}",
+                    f"{lead}the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; "
+                    + why,
                 )
             )
     return results
@@ -1263,6 +1351,9 @@ class ScaleoutJob:
     steps_per_generation: int = 1
     mask_truncated: bool = False
     pad_value: float | None = None
+    packing: str = "none"
+    advantage_scale: str = "none"
+    advantage_scale_on: str = "step"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1327,7 +1418,23 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
             "part of a group)"
         )
     if loss_fn is not None:
-        _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
+        check_packing(job.packing, _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss"))
+    else:
+        check_packing(job.packing, None)
+    if job.advantage_scale not in ADVANTAGE_SCALE_MODES:
+        raise ValueError(
+            f"advantage_scale={job.advantage_scale!r} must be one of {tuple(ADVANTAGE_SCALE_MODES)} "
+            "(the count the trainer divides each advantage by before a token-sum loss)"
+        )
+    if job.advantage_scale_on not in ADVANTAGE_SCALE_SCOPES:
+        raise ValueError(
+            f"advantage_scale_on={job.advantage_scale_on!r} must be one of {ADVANTAGE_SCALE_SCOPES}: the "
+            "batch whose counts the advantages are divided by"
+        )
+    if job.advantage_scale != "none" and loss_fn is None:
+        raise ValueError(
+            f"advantage_scale={job.advantage_scale!r} scales the advantages a loss gets: give a loss (--loss)"
+        )
     _advantage_globals(adapter)
     if not isinstance(job.mask_truncated, bool):
         raise TypeError(f"mask_truncated={job.mask_truncated!r} must be a bool")
@@ -1363,6 +1470,10 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         "steps_per_generation": steps,
         "mask_truncated": job.mask_truncated,
         "pad_value": None if job.pad_value is None else float(job.pad_value),
+        "packing": job.packing,
+        "advantage_scale": job.advantage_scale,
+        "advantage_scale_on": job.advantage_scale_on,
+        "aggregation_constant": None if constant is None else float(constant),
     }
     return _Prepared(job, config, batch, W, Ms)
 
@@ -1435,6 +1546,10 @@ def run_scaleout_many(
                 sizes=p.job.sizes,
                 counts=_outside_counts(p.config, int(p.batch.index.max()) + 1),
                 pad_value=p.job.pad_value,
+                packing=p.job.packing,
+                lengths=_lengths(p.job.seed, int(p.batch.index.max()) + 1),
+                advantage_scale=p.job.advantage_scale,
+                advantage_scale_on=p.job.advantage_scale_on,
             )
         seconds = (ended - since) + (time.monotonic() - analysed)
         reports.append(ScaleoutReport(tuple(results), W, Ms, backend, seconds))
@@ -1462,6 +1577,9 @@ def run_scaleout(
     steps_per_generation: int = 1,
     mask_truncated: bool = False,
     pad_value: float | None = None,
+    packing: str = "none",
+    advantage_scale: str = "none",
+    advantage_scale_on: str = "step",
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
 
@@ -1480,6 +1598,10 @@ def run_scaleout(
     responses reaching the padded length lose their mask (TRL's ``mask_truncated_completions``):
     counts must be of the mask the loss gets. ``pad_value``: fill ``logp`` (and so ``old_logp``) at
     masked positions with it (``float('nan')``, ``float('inf')``): the loss must not let it through.
+    ``packing``: ``none``, ``position_ids`` or ``cu_seqlens``: call the loss on packed rows with
+    the responses' boundaries by that keyword (:mod:`~.packing`). ``advantage_scale``: hand the
+    loss ``s_i A_i`` (:func:`~.normalisers.advantage_scales`) with the counts of
+    ``advantage_scale_on`` (``step``, ``rank``, ``micro-batch``); the loss is then a token sum.
     ``loss_scale``: the trainer's reading as the user declares it (module doc); the check measures
     both readings and judges the one the loss is right under (the declaration is reported). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
@@ -1515,6 +1637,9 @@ def run_scaleout(
         steps_per_generation=steps_per_generation,
         mask_truncated=mask_truncated,
         pad_value=pad_value,
+        packing=packing,
+        advantage_scale=advantage_scale,
+        advantage_scale_on=advantage_scale_on,
     )
     (report,) = run_scaleout_many(
         [job], world_size=world_size, backend=backend, rendezvous_host=rendezvous_host
@@ -1528,8 +1653,8 @@ def run_scaleout(
 
 def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the level-5 options (``--world-size``, ``--micro-batches``, ``--split``, ``--loss-scale``,
-    ``--scaleout-timeout``, ``--backend``, ``--rendezvous-host``) from the one option table,
-    ``sigma_ref._options``."""
+    ``--packing``, ``--advantage-scale``, ``--advantage-scale-on``, ``--scaleout-timeout``,
+    ``--backend``, ``--rendezvous-host``, ...) from the one option table, ``sigma_ref._options``."""
     from .._options import add_to_argparse
 
     add_to_argparse(
@@ -1577,6 +1702,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             steps_per_generation=args.steps_per_generation,
             mask_truncated=args.mask_truncated,
             pad_value=args.pad_value,
+            packing=args.packing,
+            advantage_scale=args.advantage_scale,
+            advantage_scale_on=args.advantage_scale_on,
         )
     except (ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

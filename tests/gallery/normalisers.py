@@ -150,6 +150,80 @@ def selects_before_arithmetic(logp, old_logp, advantages, mask, *, global_num_to
 
 
 # ---------------------------------------------------------------------------
+# 6. sequence packing: several responses per row (position_ids or cu_seqlens)
+
+
+def _segment_of_slot_from_position_ids(position_ids: torch.Tensor) -> torch.Tensor:
+    """The response each slot of the flattened rows belongs to: one starts wherever the ids restart at 0
+    (a row's padding tail keeps counting, so it stays with the row's last response)."""
+    return torch.cumsum((position_ids.reshape(-1) == 0).long(), 0) - 1
+
+
+def _segment_of_slot_from_cu_seqlens(cu_seqlens: torch.Tensor, numel: int) -> torch.Tensor:
+    """The response of each slot: segment k covers ``[cu_seqlens[k], cu_seqlens[k + 1])``."""
+    slots = torch.arange(numel, device=cu_seqlens.device)
+    return torch.searchsorted(cu_seqlens[1:].long().contiguous(), slots, right=True)
+
+
+def _packed_surrogate(logp, old_logp, advantages, segment):  # type: ignore[no-untyped-def]
+    """The clipped surrogate per slot, each token with its own response's advantage."""
+    adv = advantages[segment].reshape(logp.shape)
+    coef_1 = torch.exp(logp - old_logp)
+    return -torch.min(coef_1 * adv, torch.clamp(coef_1, 0.8, 1.2) * adv)
+
+
+def _per_response_mean(per_token, mask, segment, n):  # type: ignore[no-untyped-def]
+    """Each response's token mean: the slots' sums gathered by segment, over its unmasked tokens."""
+    sums = torch.zeros(n, dtype=per_token.dtype, device=per_token.device)
+    sums = sums.index_add(0, segment, (per_token * mask).reshape(-1))
+    tokens = torch.zeros(n, dtype=mask.dtype, device=mask.device).index_add(0, segment, mask.reshape(-1))
+    return sums / tokens.clamp(min=1.0)
+
+
+def packed_seq_mean(logp, old_logp, advantages, mask, *, position_ids, global_num_seqs, world_size):  # type: ignore[no-untyped-def]
+    """seq-mean-token-mean on packed rows: split at the position_ids restarts, each response's own token
+    mean, summed over the global response count (times W)."""
+    segment = _segment_of_slot_from_position_ids(position_ids)
+    per_token = _packed_surrogate(logp, old_logp, advantages, segment)
+    seq = _per_response_mean(per_token, mask, segment, advantages.shape[0])
+    return seq.sum() / global_num_seqs * world_size
+
+
+def packed_seq_mean_varlen(logp, old_logp, advantages, mask, *, cu_seqlens, global_num_seqs, world_size):  # type: ignore[no-untyped-def]
+    """The same with flash-attn's varlen boundaries (cumulative lengths over the flattened rows)."""
+    segment = _segment_of_slot_from_cu_seqlens(cu_seqlens, logp.numel())
+    per_token = _packed_surrogate(logp, old_logp, advantages, segment)
+    seq = _per_response_mean(per_token, mask, segment, advantages.shape[0])
+    return seq.sum() / global_num_seqs * world_size
+
+
+def packed_row_seq_mean(logp, old_logp, advantages, mask, *, position_ids, global_num_seqs, world_size):  # type: ignore[no-untyped-def]
+    """The unpadded loss reused on packed rows: ``masked_mean(loss, mask, dim=-1)`` per row, as for one
+    response per row; the responses sharing a row share one token mean."""
+    segment = _segment_of_slot_from_position_ids(position_ids)
+    per_token = _packed_surrogate(logp, old_logp, advantages, segment)
+    row_mean = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return row_mean.sum() / global_num_seqs * world_size
+
+
+# ---------------------------------------------------------------------------
+# 7. the aggregation folded into the advantages, then a token-sum loss
+
+
+def prescaled_token_sum(logp, old_logp, advantages, mask, *, world_size):  # type: ignore[no-untyped-def]
+    """The trainer divided the advantages already: the loss is the plain token sum (times W)."""
+    per_token_loss = _surrogate(logp, old_logp, advantages)
+    return (per_token_loss * mask).sum() * world_size
+
+
+def prescaled_token_mean(logp, old_logp, advantages, mask, *, global_num_tokens, world_size):  # type: ignore[no-untyped-def]
+    """The usual token-mean loss kept after the trainer started dividing the advantages by the step's
+    token count: the sum is normalised twice."""
+    per_token_loss = _surrogate(logp, old_logp, advantages)
+    return (per_token_loss * mask).sum() / global_num_tokens * world_size
+
+
+# ---------------------------------------------------------------------------
 # the entries
 
 
@@ -175,6 +249,11 @@ _MEAN = {"loss_scale": "mean-over-micro-batches"}
 _TRUNC = {"mask_truncated": True}
 _NAN = {"pad_value": float("nan")}
 _INF = {"pad_value": float("inf")}
+_PACKED = {"packing": "position_ids"}
+_VARLEN = {"packing": "cu_seqlens"}
+_BATCH_TOKENS = {"advantage_scale": "batch-tokens"}
+_OWN_TOKENS = {"advantage_scale": "sequence-tokens"}
+_MICRO_TOKENS = {"advantage_scale": "batch-tokens", "advantage_scale_on": "micro-batch"}
 
 #: pattern -> (wrong entries, correct entries)
 PATTERNS: dict[str, tuple[list[Entry], list[Entry]]] = {
@@ -260,6 +339,57 @@ PATTERNS: dict[str, tuple[list[Entry], list[Entry]]] = {
         [
             Entry("selects_before_arithmetic[nan]", f"{M}:selects_before_arithmetic", "token-mean", _NAN),
             Entry("selects_before_arithmetic[inf]", f"{M}:selects_before_arithmetic", "token-mean", _INF),
+        ],
+    ),
+    "sequence packing": (
+        [
+            Entry(
+                "packed_row_seq_mean",
+                f"{M}:packed_row_seq_mean",
+                "seq-mean-token-mean",
+                _PACKED,
+                "packed_row_seq_mean: a token mean per packed row, not per response",
+            )
+        ],
+        [
+            Entry("packed_seq_mean", f"{M}:packed_seq_mean", "seq-mean-token-mean", _PACKED),
+            Entry("packed_seq_mean_varlen", f"{M}:packed_seq_mean_varlen", "seq-mean-token-mean", _VARLEN),
+        ],
+    ),
+    "aggregation folded into the advantages": (
+        [
+            Entry(
+                "scaled_per_micro_batch",
+                f"{M}:prescaled_token_sum",
+                "token-mean",
+                _MICRO_TOKENS,
+                "advantages scaled per micro-batch, not per optimizer step",
+            ),
+            Entry(
+                "scale_by_own_tokens",
+                f"{M}:prescaled_token_sum",
+                "token-mean",
+                _OWN_TOKENS,
+                "scale_by_own_tokens: --advantage-scale sequence-tokens folds seq-mean-token-mean",
+            ),
+            Entry(
+                "prescaled_token_mean",
+                f"{M}:prescaled_token_mean",
+                "token-mean",
+                _BATCH_TOKENS,
+                "sum normalised twice: the loss applies token-mean's normaliser",
+            ),
+        ],
+        [
+            Entry(
+                "prescaled_token_sum[batch-tokens]", f"{M}:prescaled_token_sum", "token-mean", _BATCH_TOKENS
+            ),
+            Entry(
+                "prescaled_token_sum[sequence-tokens]",
+                f"{M}:prescaled_token_sum",
+                "seq-mean-token-mean",
+                _OWN_TOKENS,
+            ),
         ],
     ),
 }
