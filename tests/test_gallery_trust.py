@@ -241,3 +241,48 @@ def test_the_rounding_residue_cause_needs_code_right_on_live_groups(name: str, r
     assert out.verdict == "FAIL", out.message[:300]
     cause = out.finding.cause if out.finding is not None else None
     assert ("rounding residue" in (cause or "")) is residue, (out.verdict, out.message[:300])
+
+
+# --- issue 20 item 5: a singleton rule that depends on the batch is not "eps inside the sqrt" ---
+
+
+def _told_eps_inside(ctx, seed: int) -> bool:  # type: ignore[no-untyped-def]
+    names = ("advantage_values", "singleton_groups")
+    for o in run_suite(ctx, max_examples=2, shrink=False, seed=seed, names=names):
+        if o.finding is not None and o.finding.confirmed and "inside the sqrt" in (o.finding.cause or ""):
+            return True
+    return False
+
+
+def test_eps_inside_cause_is_printed_for_eps_inside_code_only() -> None:
+    """Every wrong entry of the trust, trainer and hand galleries, declared: "eps is inside the sqrt"
+    is confirmed for the two eps-inside implementations and no other (the verl-style singleton
+    variant, whose lone responses get 0 beside larger groups, included)."""
+    from tests.gallery import trainers_wrong, wrong, wrong_context
+
+    told = set()
+    for case in WRONG + [c for c in trainers_wrong.CASES if not c.correct]:
+        if _told_eps_inside(build_context(case_adapter(case, declare=True)), seed=0):
+            told.add(case.name)
+    for hand in wrong.WRONG:
+        if _told_eps_inside(wrong_context(hand), seed=0):
+            told.add(hand.name)
+    assert told == {"eps_inside_sqrt_verl", "eps_inside_sqrt"}, told
+
+
+def test_batch_dependent_singleton_rule_gets_its_own_cause_on_two_seeds() -> None:
+    """The verl-style variant, undeclared (detection finds verl: lone responses alone are right)
+    and declared: singleton_groups FAILs with the singleton cause confirmed beside a larger group,
+    and never with "inside the sqrt"."""
+    case = next(c for c in CASES if c.name == "verl_scatter_singleton")
+    for declare in (False, True):
+        ctx = build_context(case_adapter(case, declare=declare))
+        assert ctx.reference.name == "verl"
+        for seed in SEEDS:
+            out = {o.name: o for o in run_suite(ctx, max_examples=25, shrink=False, seed=seed)}
+            fails = {n: o for n, o in out.items() if o.verdict == "FAIL"}
+            assert set(fails) == {"singleton_groups"}, [(n, o.message[:300]) for n, o in fails.items()]
+            finding = fails["singleton_groups"].finding
+            assert finding is not None and finding.confirmed, fails["singleton_groups"].message
+            assert "only when the batch has larger groups" in (finding.cause or "")
+            assert not any("inside the sqrt" in o.message for o in out.values())

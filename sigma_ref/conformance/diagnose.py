@@ -114,42 +114,129 @@ def _explaining(
 def diagnose_mismatch(ctx: Any, batch: Any, actual: np.ndarray) -> tuple[str | None, bool]:
     """``(cause, confirmed)`` for a mismatch of the implementation under ``ctx`` on ``batch``.
 
-    The hypotheses that explain ``actual`` are re-checked on a designed probe (groups of
-    5 with non-dyadic, continuous and silent groups; for ragged layouts, interleaved
-    string ids in an order that is neither sorted nor first-seen): a cause is confirmed
-    only when it also reproduces the implementation's output there (groups of one are
-    probed separately for the singleton hypotheses). When none is confirmed, the targeted
-    probe for cancellation runs (:func:`_cancels`). Returns ``(None, False)`` when nothing
-    is confirmed: the suite then says the mismatch is unexplained, and never guesses.
+    The hypotheses that explain ``actual`` are re-checked on designed probes (groups of 5
+    with non-dyadic, continuous and silent groups; for ragged layouts, interleaved string ids
+    in an order that is neither sorted nor first-seen; groups of one, alone and beside a
+    larger group, for the singleton hypotheses; groups whose std is near ``sqrt(eps)`` for
+    eps inside the sqrt). A probe confirms a hypothesis only where it discriminates
+    (:func:`_confirmed_on`): the implementation's output there differs from the reference's,
+    the hypothesis reproduces it, and the hypothesis does not also reproduce the reference's
+    own output there; a probe of groups of one confirms only the singleton hypotheses. When
+    none is confirmed, the targeted probe for cancellation runs (:func:`_cancels`). Returns
+    ``(None, False)`` when nothing is confirmed: the suite then says the mismatch is
+    unexplained, and never guesses.
     """
     from .adapter import Batch
 
     candidates = _explaining(actual, batch.rewards, batch.index, ctx.reference)
     if not candidates:
         return (_CANCELLATION, True) if _cancels(ctx, batch) else (None, False)
-    probes = [Batch.grouped(_PROBES_GROUPED)]
-    if getattr(ctx.adapter, "ragged", False):
-        probes.append(Batch(*_PROBE_RAGGED))
-    if any(k.startswith("singleton") for k, _ in candidates):
-        probes.append(Batch.grouped([[0.7], [0.2], [1.0]]))
-    if any(k.startswith(("clamp:", "shards:")) for k, _ in candidates):
-        probes.append(Batch.grouped([[1.0] + [0.0] * 127, [0.0, 3.0] + [1.0] * 126, [0.5] * 64 + [2.0] * 64]))
-        probes.append(Batch.grouped(np.array(_PROBES_GROUPED * 3)[:, :3]))
-    confirmed = []
-    for probe in probes:
-        try:
-            got = call_guarded(ctx.adapter, probe).numpy()
-        except Exception:  # ImplementationError included: the probe confirms nothing
-            continue
-        if got.shape != probe.rewards.shape:
-            continue
-        keys = {k for k, _ in _explaining(got, probe.rewards, probe.index, ctx.reference)}
-        confirmed += [(k, c) for k, c in candidates if k in keys and (k, c) not in confirmed]
+    keys = {k for k, _ in candidates}
+    ragged = bool(getattr(ctx.adapter, "ragged", False))
+    #: ``(probe, prefix)``: a probe confirms only the candidates whose key starts with its prefix
+    probes: list[tuple[Any, str]] = [(Batch.grouped(_PROBES_GROUPED), "")]
+    if ragged:
+        probes.append((Batch(*_PROBE_RAGGED), ""))
+    singleton = any(k.startswith("singleton") for k in keys)
+    alone = Batch.grouped([[0.7], [0.2], [1.0]])
+    if singleton:
+        probes.append((alone, "singleton"))  # groups of one say nothing about any other hypothesis
+        if ragged:
+            probes.append((Batch(*_PROBE_BESIDE), "singleton"))
+    if "eps_inside" in keys and ctx.reference.eps > 0:
+        probes.append((_eps_probe(ctx.reference.eps), "eps_inside"))
+    if any(k.startswith(("clamp:", "shards:")) for k in keys):
+        probes.append(
+            (Batch.grouped([[1.0] + [0.0] * 127, [0.0, 3.0] + [1.0] * 126, [0.5] * 64 + [2.0] * 64]), "")
+        )
+        probes.append((Batch.grouped(np.array(_PROBES_GROUPED * 3)[:, :3]), ""))
+    confirmed: list[tuple[str, str]] = []
+    for probe, prefix in probes:
+        found = _confirmed_on(ctx, probe, [(k, c) for k, c in candidates if k.startswith(prefix)])
+        confirmed += [kc for kc in found if kc not in confirmed]
+    if any(k == "singleton" for k, _ in confirmed) and ragged and _right_on(ctx, alone):
+        # confirmed beside a larger group, while groups of one alone are right
+        beside = _SINGLETON_BESIDE.format(ref=ctx.reference)
+        confirmed = [(k, beside if k == "singleton" else c) for k, c in confirmed]
     if confirmed:
         return "; or ".join(c for _, c in confirmed), True
     if _cancels(ctx, batch):
         return _CANCELLATION, True
     return None, False
+
+
+#: Ragged probe: two groups of one beside a group of four (verl-style code may treat a group of
+#: one differently when the batch has larger groups).
+_PROBE_BESIDE = (
+    np.array([1.0, 0.7, 0.0, 0.5, 0.2, 0.25]),
+    np.array([3, 8, 3, 3, 5, 3]),
+)
+_SINGLETON_BESIDE = (
+    "groups of one response get other values than {ref.singleton!r} ({ref.name}) only when the batch "
+    "has larger groups: a batch of groups of one alone gets them right, so the singleton rule depends "
+    "on the other groups in the batch"
+)
+#: Where a probe's output is taken to differ from the reference's. float64 code computing the
+#: reference's formula agrees with it to ~1e-15 relative (a few ulps, times a group size), and a
+#: silent group's advantage is a rounding residue over eps (~1e-17 / eps: 1e-11 at eps 1e-6; with
+#: eps below ~1e-8 it may count as a difference, and then the second test of
+#: :func:`_confirmed_on`, a hypothesis must not reproduce the reference's output too, keeps such a
+#: probe from confirming what it cannot tell apart). Every named deviation has a probe where it
+#: moves values by far more than 1e-9 (eps inside the sqrt, the smallest at std ~ 1, by ~eps / 2
+#: relative, has its own probe at std ~ sqrt(eps), where it is O(1)).
+_DIFFERS_RTOL = _DIFFERS_ATOL = 1e-9
+
+
+def _right_on(ctx: Any, probe: Any) -> bool:
+    """Whether the implementation's output on ``probe`` is the reference's (within :data:`_DIFFERS_RTOL`)."""
+    try:
+        got = call_guarded(ctx.adapter, probe).numpy().reshape(-1)
+        expected = ctx.expected(probe)
+    except Exception:
+        return False
+    return got.shape == expected.shape and bool(
+        np.allclose(got, expected, rtol=_DIFFERS_RTOL, atol=_DIFFERS_ATOL)
+    )
+
+
+def _confirmed_on(ctx: Any, probe: Any, candidates: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The ``candidates`` this ``probe`` confirms: the implementation's output differs from the
+    reference's (beyond :data:`_DIFFERS_RTOL`: a probe where they agree discriminates nothing), the
+    hypothesis reproduces the output, and it does not reproduce the reference's own output too
+    (a hypothesis the probe cannot tell from the reference, such as eps inside the sqrt with a
+    small eps at std ~ 1, is not confirmed by it). Where the reference has no value (a group of
+    one under ``singleton='error'``), only non-finite outputs differ from it."""
+    if not candidates:
+        return []
+    try:
+        got = call_guarded(ctx.adapter, probe).numpy().reshape(-1)
+    except Exception:  # ImplementationError included: the probe confirms nothing
+        return []
+    if got.shape != probe.rewards.shape:
+        return []
+    try:
+        expected: np.ndarray | None = ctx.expected(probe)
+    except Exception:
+        expected = None
+    if expected is None:
+        if np.isfinite(got).all():
+            return []
+        trivial: set[str] = set()
+    else:
+        if expected.shape == got.shape and np.allclose(got, expected, rtol=_DIFFERS_RTOL, atol=_DIFFERS_ATOL):
+            return []
+        trivial = {k for k, _ in _explaining(expected, probe.rewards, probe.index, ctx.reference)}
+    keys = {k for k, _ in _explaining(got, probe.rewards, probe.index, ctx.reference)} - trivial
+    return [(k, c) for k, c in candidates if k in keys]
+
+
+def _eps_probe(eps: float) -> Any:
+    """Groups of four whose population std is ``sqrt(eps)`` times 0.5, 1 and 2 (rewards 0 and
+    ``2 s``): there ``sqrt(var + eps)`` and ``std + eps`` differ by O(1), where std ~ 1 hides it."""
+    from .adapter import Batch
+
+    s = np.sqrt(max(eps, 0.0)) * np.array([0.5, 1.0, 2.0])
+    return Batch.grouped([[0.0, 2 * v, 0.0, 2 * v] for v in s])
 
 
 _ZERO_SINGLETON = DR_GRPO.replace(singleton="zero")
@@ -301,7 +388,7 @@ def _hypotheses(
             (
                 "eps_inside",
                 "eps is inside the sqrt: sqrt(var + eps) instead of std + eps",
-                lambda: _eps_inside(rewards, index, conv),
+                lambda: np.where(single, expected, _eps_inside(rewards, index, conv)),
             )
         )
         hypotheses.append(
@@ -455,7 +542,8 @@ def _hypotheses(
         (
             "silent_nonzero",
             "silent groups (all rewards equal) get non-zero advantages; they should get 0",
-            lambda: bool((wrong & silent).any() and not (wrong & ~silent).any()),
+            # a group of one is no silent group here: it has its own rule and hypothesis
+            lambda: bool((wrong & silent & ~single).any() and not (wrong & ~(silent & ~single)).any()),
         )
     )
     tests.append(
@@ -637,7 +725,10 @@ def _divide_like(numerator: np.ndarray, rewards: np.ndarray, index: np.ndarray, 
 
 
 def _eps_inside(rewards: np.ndarray, index: np.ndarray, conv: Convention) -> npt.NDArray[np.float64]:
-    """``(R - mean) / sqrt(std**2 + eps)``: the eps-inside-the-sqrt bug, from the oracle's statistics."""
+    """``(R - mean) / sqrt(std**2 + eps)``: the eps-inside-the-sqrt bug, from the oracle's statistics.
+
+    Groups of one come out 0 here; the hypothesis takes the reference's values for them (the
+    declared convention's singleton rule), since eps placement says nothing about a group of one."""
     st = group_statistics(rewards, convention=conv.replace(eps=0.0, singleton="zero"), index=index)
     std: npt.NDArray[np.float64] = st.expand(np.asarray(st.divisor))
     centred: npt.NDArray[np.float64] = rewards - st.expand(np.asarray(st.mean))

@@ -413,3 +413,41 @@ CASES += [
         note="right values per group, permuted twice",
     ),
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# issue 20 item 5: a singleton rule that depends on the rest of the batch
+
+
+@torch.no_grad()
+def verl_scatter_singleton(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """WRONG (singleton_groups, under verl): verl's per-uid statistics rewritten with scatter-adds.
+    verl's rule for a lone response (mean 0, std 1) survives only on the early exit for a batch of
+    lone responses; beside larger groups a lone response gets its own mean and a Bessel variance whose
+    denominator is clamped to 1, so std 0 and A = 0 / (0 + 1e-6) = 0 instead of R / (1 + 1e-6)."""
+    _, inv_np, counts_np = np.unique(index, return_inverse=True, return_counts=True)
+    inv, counts = torch.from_numpy(inv_np.reshape(-1)), torch.from_numpy(counts_np).to(rewards.dtype)
+    if int(counts_np.max()) == 1:  # every prompt sampled once: verl's mean 0, std 1
+        return rewards / (1.0 + 1e-6)
+    mean = torch.zeros(len(counts), dtype=rewards.dtype).index_add_(0, inv, rewards) / counts
+    centred = rewards - mean[inv]
+    sq = torch.zeros(len(counts), dtype=rewards.dtype).index_add_(0, inv, centred * centred)
+    std = (sq / (counts - 1).clamp(min=1)).sqrt()
+    return centred / (std[inv] + 1e-6)
+
+
+CASES += [
+    Case(
+        "verl_scatter_singleton",
+        verl_scatter_singleton,
+        "index",
+        False,
+        "verl compute_grpo_outcome_advantage vectorised with scatter-adds; mean 0, std 1 for a lone "
+        "response only when every group is one",
+        "verl",
+        breaks=("singleton_groups",),
+        cause_words=("only when the batch has larger groups",),
+        note="a lone response beside a larger group gets A = 0 (std 0), not R / (1 + 1e-6)",
+        dtypes=FULL_PRECISION,
+    ),
+]
