@@ -208,8 +208,8 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
         loss_tol = (SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms).reshape(-1) + 1e-300
         if not np.any(got):
             cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
-        elif precision_cause(ctx) is not None:
-            cause = precision_cause(ctx)
+        elif (precision := precision_cause(ctx)) is not None:
+            cause = precision
         elif mismatch_message(got.reshape(-1), own.reshape(-1), 0.0, loss_tol) is None:
             cause = (
                 "the loss is a correct weighted policy gradient of the advantages it is given; the "
