@@ -176,7 +176,7 @@ def rows(quick: bool) -> list[Row]:
     out.append(
         paired(
             "exact_group_size(0.5, epsilon=1e-12)",
-            lambda: sigma_ref.exact_group_size(0.5, 1e-12),
+            lambda: sigma_ref.exact_group_size(0.5, epsilon=1e-12),
             None,
             repeats,
             baseline_name="-",

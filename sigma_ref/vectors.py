@@ -543,9 +543,9 @@ def closed_form_cases() -> Iterator[Case]:
     """The closed forms of docs/spec.md §5 at hard points (tiny p, p near 1, G = 10^5)."""
     for name, fn, formula, points in _closed_form_points():
         for p, second in points:
-            value = fn(p, second)
             integer = name in ("exact_group_size", "min_group_size")
             arg = "epsilon" if integer else "G"
+            value = fn(p, **{arg: second})  # epsilon is keyword-only; G may be named
             yield {
                 "id": f"closed_forms/{name}/p={p!r},{arg}={second!r}",
                 "family": "closed_forms",

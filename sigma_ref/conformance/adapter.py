@@ -627,7 +627,7 @@ def check_call(adapter: Adapter) -> None:
     layout was assumed, what was passed and what came back; other errors are left to the
     properties.
 
-    >>> check_call(oracle_adapter())
+    >>> check_call(oracle_adapter("paper"))
     >>> def by_dict(batch):
     ...     return {"advantages": batch["rewards"] - batch["rewards"].mean()}
     >>> check_call(Adapter(by_dict, "index"))  # doctest: +ELLIPSIS
@@ -687,7 +687,7 @@ _LAYOUT_SIGNATURES = {
 }
 
 
-def load_object(target: str, what: str = "--impl") -> Any:
+def load_object(target: str, *, what: str = "--impl") -> Any:
     """Import ``pkg.module:attr`` (``attr`` may be dotted) and return the object.
 
     A malformed target or a missing module or attribute is a usage error (``ValueError``
@@ -762,7 +762,7 @@ def load_adapter(
     else:
         raise TypeError(f"--impl {target!r} is a {type(obj).__name__}; name a function or an Adapter")
     if loss is not None:
-        adapter = adapter.replace(loss=load_object(loss, "--loss") if isinstance(loss, str) else loss)
+        adapter = adapter.replace(loss=load_object(loss, what="--loss") if isinstance(loss, str) else loss)
     if convention is not None:
         adapter = adapter.replace(convention=convention)
     if output is not None:
@@ -771,7 +771,7 @@ def load_adapter(
     return adapter
 
 
-def oracle_adapter(convention: Convention | str = "paper", layout: str = "index") -> Adapter:
+def oracle_adapter(convention: Convention | str, *, layout: str = "index") -> Adapter:
     """The oracle itself as an implementation under test (the suite's default).
 
     ``convention`` is a preset name, a :class:`~sigma_ref.Convention`, or ``"rloo"``.
