@@ -350,10 +350,6 @@ class Adapter:
         object.__setattr__(self, "devices", tuple(self.devices))
 
     # -- calling -------------------------------------------------------------------
-    def accepts(self, batch: Batch) -> bool:
-        """Whether this layout can take ``batch`` (contiguous equal groups, or ragged)."""
-        return self.layout in _BY_INDEX or batch.group_size is not None
-
     def layout_args(
         self, batch: Batch, rewards: torch.Tensor, lengths: torch.Tensor | None = None
     ) -> tuple[Any, ...]:
