@@ -517,8 +517,9 @@ def rollout_audit(
     >>> [(r.G, r.plug_in, round(r.subsampled, 4), r.observed) for r in audit.silent]
     [(4, 0.5625, 0.5, 0.5), (2, 0.75, 0.6667, None)]
     """
-    from .difficulty import Method, fidelity, mass_weight
+    from ._vocabulary import Method
     from .difficulty import exact_group_size as _exact
+    from .difficulty import fidelity, mass_weight
     from .rollouts import subsampled_silent_rate
 
     if not 0 < extreme < 0.5:

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 import mpmath
 import numpy as np
 
 from . import _arrays
+from ._vocabulary import METHODS, Method
 
 __all__ = [
     "silent_group_rate",
@@ -59,8 +60,6 @@ __all__ = [
     "arcsine_objective",
 ]
 
-Method = Literal["grpo", "dr_grpo"]
-_METHODS = ("grpo", "dr_grpo")
 _LN_2PI = math.log(2 * math.pi)
 _TAIL = 1e-17  # bound on the relative share of E[sqrt(k (G - k))] left outside the window
 _SEGMENT = 128  # terms walked by the exact ratio from one saddle-point anchor
@@ -451,8 +450,8 @@ def _p_and_G(p: Any, G: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], _
 
 
 def _check_method(method: Any) -> Method:
-    if method not in _METHODS:
-        raise ValueError(f"method={method!r} must be one of {_METHODS}")
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} must be one of {METHODS}")
     checked: Method = method
     return checked
 

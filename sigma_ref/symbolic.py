@@ -43,11 +43,12 @@ sqrt(3)/4
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import TypeAlias
 
 import sympy as sp
 from sympy import Expr
 
+from ._vocabulary import PLACEMENTS, Aggregation, Method, Placement, Scale
 from .conventions import AGGREGATION_MODES
 
 __all__ = [
@@ -127,13 +128,6 @@ S_minus = sp.Symbol("S_-", real=True)
 #: ``{k: k_live, G: k_live + m}``: a live group (``0 < k < G``) in symbols sympy can
 #: reason about, e.g. ``expr.subs(LIVE)`` before ``sympy.simplify``.
 LIVE: dict[sp.Symbol, Expr] = {k: k_live, G: k_live + m}
-
-Method = Literal["grpo", "dr_grpo"]
-Placement = Literal["add", "floor"]
-Scale = Literal["group", "batch", "none"]
-Aggregation = Literal[
-    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"
-]
 
 
 # --------------------------------------------------------------------------------------
@@ -264,7 +258,7 @@ def divisor(
     """
     if ddof not in (0, 1):
         raise ValueError(f"ddof={ddof!r} must be 0 (population std) or 1 (Bessel)")
-    if eps_placement not in ("add", "floor"):
+    if eps_placement not in PLACEMENTS:
         raise ValueError(f"eps_placement={eps_placement!r} must be 'add' or 'floor'")
     if scale == "none":
         return sp.Integer(1)

@@ -880,15 +880,15 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
                         f"the KL term is the {est} estimator {where}", rep(obj, kl=est, kl_placement="loss")
                     )
                 )
-    for mode in AGGREGATION_MODES:
-        if resolve_aggregation(obj.aggregation) != mode:
-            what = f"the loss aggregates with {mode}, not {resolve_aggregation(obj.aggregation)}"
-            if obj.kind in ("gspo", "gspo-token") and mode in ("token-mean", "token-sum"):
+    for agg in AGGREGATION_MODES:
+        if resolve_aggregation(obj.aggregation) != agg:
+            what = f"the loss aggregates with {agg}, not {resolve_aggregation(obj.aggregation)}"
+            if obj.kind in ("gspo", "gspo-token") and agg in ("token-mean", "token-sum"):
                 what = (
-                    f"the sequence ratio is broadcast over tokens and reduced with {mode}: each sequence is "
+                    f"the sequence ratio is broadcast over tokens and reduced with {agg}: each sequence is "
                     "weighted by its length"
                 )
-            alt.append(_Alternative(what, rep(obj, aggregation=mode, constant=None)))
+            alt.append(_Alternative(what, rep(obj, aggregation=agg, constant=None)))
     if obj.eps_high is not None and obj.eps_high != obj.eps_low and obj.kind != "cispo":
         alt.append(
             _Alternative(

@@ -41,12 +41,13 @@ import dataclasses
 import importlib
 import importlib.util
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from .._options import KEEP_METRICS, LAYOUTS, RETURNS
+from .._vocabulary import DTYPES
 from ..conventions import Convention
 
 __all__ = [
@@ -61,7 +62,6 @@ __all__ = [
     "oracle_adapter",
 ]
 
-Layout = Literal["contiguous", "index", "grouped", "token", "keep-mask", "sizes"]
 #: Layouts that take ragged batches (groups of different sizes; interleaved ones too, gathered into
 #: runs for ``sizes``).
 _BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask", "sizes")
@@ -69,7 +69,7 @@ _BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask", "sizes")
 #: suite gives rows 0, 1, 2, ... (cycled): length 1 and the full length T come first.
 TOKEN_T = 6
 _TOKEN_LENGTHS = (1, TOKEN_T, 3, 2, 5, 4)
-ALL_DTYPES: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
+ALL_DTYPES: tuple[str, ...] = DTYPES
 #: The keyword inputs a loss may take beyond ``(logp, old_logp, advantages, mask)``: the reference
 #: policy's and the rollout engine's log-probs, per token like ``logp``.
 LOSS_EXTRAS: tuple[str, ...] = ("ref_logp", "rollout_logp")
