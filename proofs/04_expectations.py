@@ -105,14 +105,14 @@ for g in (2, 3, 8, 100, 10**5):
 #
 # `sigma = f(mu)` with `f(x) = sqrt(x(1-x))` and `mu = k/G`. Expand `f` around `p` and take
 # expectations term by term: `E[f(mu)] = f(p) + sum_r f^(r)(p)/r! * m_r`, with `m_r` the
-# central moments of `mu`, from the centred moment generating function
+# central moments of `mu`, from the centered moment generating function
 # `E[e^{t(k - Gp)}] = e^{-Gpt} (1 - p + p e^t)^G` (symbolic `G`). `m_2 = pq/G`,
 # `m_3, m_4 = O(G^-2)`, `m_5, m_6 = O(G^-3)`: orders 2..6 fix the coefficients of
 # `1/G` and `1/G^2` exactly.
 
 # %%
-centred_mgf = sp.exp(-G * p * t) * mgf
-moments = {r: sp.factor(sp.diff(centred_mgf, t, r).subs(t, 0) / G**r) for r in range(2, 7)}
+centered_mgf = sp.exp(-G * p * t) * mgf
+moments = {r: sp.factor(sp.diff(centered_mgf, t, r).subs(t, 0) / G**r) for r in range(2, 7)}
 assert sp.simplify(moments[2] - p * q / G) == 0
 x = sp.Symbol("x", real=True)
 f = sp.sqrt(x * (1 - x))

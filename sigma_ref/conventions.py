@@ -11,13 +11,13 @@ field      values                                  divisor ``d``
 ddof       0 (population) or 1 (Bessel)            ``std = sqrt(sum (R - mu)**2 / (n - ddof))``
 eps        >= 0, placement ``add`` or ``floor``    ``std + eps`` or ``max(std, eps)``
 scale      ``group``, ``batch`` or ``none``        the group's std, one std over the whole
-                                                   batch (centred on the batch mean), or 1
+                                                   batch (centered on the batch mean), or 1
 singleton  ``error``, ``zero`` or ``unit_std``     a group of one response: rejected,
                                                    advantage 0, or mean 0 and std 1
 ========== ======================================= =====================================
 
 A silent group (all rewards equal) always gets advantage 0 under ``scale="group"``,
-whatever ``eps`` is: its centred rewards are exactly zero.
+whatever ``eps`` is: its centered rewards are exactly zero.
 
 Presets (each records its ``source``): ``PAPER``, ``POST``, ``DR_GRPO``, ``TRL``,
 ``TRL_BATCH``, ``VERL``, ``OPENRLHF``; ``PRESETS`` maps their names to them and
@@ -161,7 +161,7 @@ POST = Convention(
 DR_GRPO = Convention(
     "dr_grpo",
     scale="none",
-    source="Dr. GRPO (arXiv 2503.20783): mean-centring only",
+    source="Dr. GRPO (arXiv 2503.20783): mean-centering only",
 )
 TRL = Convention(
     "trl",

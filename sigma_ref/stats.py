@@ -61,7 +61,7 @@ def group_sigma(k: Any, G: Any, *, ddof: int = 0) -> Any:
 
 
 def centered_norm(k: Any, G: Any) -> Any:
-    """Norm of the centred reward vector: ``||R - mu|| = sqrt(k (G - k) / G)``.
+    """Norm of the centered reward vector: ``||R - mu|| = sqrt(k (G - k) / G)``.
 
     This is the design card's ``sqrt(k(G-k)/G)``; it equals ``sqrt(G) * group_sigma(k, G)``,
     not the standard deviation.

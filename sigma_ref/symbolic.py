@@ -208,7 +208,7 @@ def advantage_minus(k: Value = k, G: Value = G) -> Expr:
 
 
 def rloo_factor(G: Value = G) -> Expr:
-    """RLOO's advantage over mean-centring: ``A_rloo = G / (G - 1) * (R_i - mu)``.
+    """RLOO's advantage over mean-centering: ``A_rloo = G / (G - 1) * (R_i - mu)``.
 
     >>> rloo_factor(8)
     8/7

@@ -43,7 +43,7 @@ def _exact(expr: sp.Expr) -> float:
 
 @pytest.mark.parametrize("G", GROUP_SIZES)
 def test_stds_match_group_sigma_and_centered_norm(G: int) -> None:
-    """sigma, sigma_b and the centred norm, lambdified, equal the oracle for every k of G."""
+    """sigma, sigma_b and the centered norm, lambdified, equal the oracle for every k of G."""
     ks, Gs = _kG(G)
     for expr, numeric in (
         (S.sigma(), sigma_ref.group_sigma(ks, Gs)),
@@ -69,10 +69,10 @@ def test_squared_sigma_is_exactly_rational(G: int) -> None:
 
 @pytest.mark.parametrize("G", GROUP_SIZES)
 def test_advantage_values_match_grpo_rloo_dr_grpo(G: int) -> None:
-    """A+ / A-, Dr. GRPO's centred rewards and RLOO's G/(G-1) multiple on every live group of G."""
+    """A+ / A-, Dr. GRPO's centered rewards and RLOO's G/(G-1) multiple on every live group of G."""
     a_plus = sp.lambdify((S.k, S.G), S.advantage_plus(), "numpy")
     a_minus = sp.lambdify((S.k, S.G), S.advantage_minus(), "numpy")
-    centred = sp.lambdify((S.k, S.G), S.centered_rewards(), "numpy")
+    centered = sp.lambdify((S.k, S.G), S.centered_rewards(), "numpy")
     factor = sp.lambdify(S.G, S.rloo_factor(), "numpy")
     ks = np.arange(1, G)
     rewards = (np.arange(G)[None, :] < ks[:, None]).astype(np.float64)  # row i: k = i + 1 ones first
@@ -82,7 +82,7 @@ def test_advantage_values_match_grpo_rloo_dr_grpo(G: int) -> None:
     correct = rewards.astype(bool)
     kf = np.broadcast_to(ks[:, None], rewards.shape).astype(float)
     want_grpo = np.where(correct, a_plus(kf, float(G)), a_minus(kf, float(G)))
-    plus, minus = centred(kf, float(G))
+    plus, minus = centered(kf, float(G))
     want_dr = np.where(correct, plus, minus)
     np.testing.assert_allclose(grpo, want_grpo, rtol=RTOL_GROUP, atol=0)
     np.testing.assert_allclose(dr, want_dr, rtol=RTOL_GROUP, atol=1e-16)

@@ -3,7 +3,7 @@
 Each probe is a small batch whose answer separates two conventions (group size 4 unless
 said otherwise); every expected number comes from the oracle:
 
-1. *structure* ``[[1,0,0,0],[0,3,1,0]]``: are the advantages centred per group
+1. *structure* ``[[1,0,0,0],[0,3,1,0]]``: are the advantages centered per group
    (``sum_g A = 0``) and proportional to ``R - mu`` with one divisor ``d_g`` per group?
    Equal divisors across groups mean ``scale="batch"`` (compared with the oracle's batch
    std), ``d = 1`` (Dr. GRPO) or ``d = (G-1)/G`` (RLOO, confirmed at G = 3); otherwise
@@ -214,7 +214,7 @@ def _structure(adapter: Adapter, notes: list[str]) -> tuple[str, int, Scale]:
         not np.isfinite(d).all()
         or not (np.abs(c - d[:, None] * a) <= 1e-6 * np.abs(c).max(-1, keepdims=True)).all()
     ):
-        notes.append("advantages are centred but not proportional to R - mean within a group")
+        notes.append("advantages are centered but not proportional to R - mean within a group")
         return "unknown", 0, "group"
     if not (d > 0).all():
         notes.append(f"advantages have the wrong sign (divisors {d.tolist()})")

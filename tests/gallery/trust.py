@@ -83,8 +83,8 @@ def std_guard_no_eps(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     of 0.3 leave R - mean = 5.6e-17 and std = 5.6e-17, so every member gets A = 1."""
     grouped = rewards.view(-1, group_size)
     std = grouped.std(dim=1, unbiased=False, keepdim=True)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)
-    return torch.where(std > 0, centred / torch.where(std > 0, std, 1.0), 0.0).view(-1)
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    return torch.where(std > 0, centered / torch.where(std > 0, std, 1.0), 0.0).view(-1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def normalize_then_renormalize(rewards: torch.Tensor, group_size: int) -> torch.
 
 
 def maxrl_mean_scaled(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """MaxRL: the centred reward over the group's mean reward (pass rate); 0 where nothing passed."""
+    """MaxRL: the centered reward over the group's mean reward (pass rate); 0 where nothing passed."""
     grouped = rewards.view(-1, group_size)
     mean = grouped.mean(dim=1, keepdim=True)
     return torch.where(mean > 0, (grouped - mean) / mean.clamp(min=1e-12), 0.0).view(-1)
