@@ -1,6 +1,6 @@
 """Installing sigma-ref changes nothing in other projects' pytest runs (its pytest11 plugin loads
-in every session): no hypothesis profile loaded, no setting touched, mpmath's precision left at
-15 digits, and every option it adds carries the ``--sigma-ref-`` prefix."""
+in every session): hypothesis not imported, no hypothesis profile loaded, no setting touched,
+mpmath's precision left at 15 digits, and every option it adds carries the ``--sigma-ref-`` prefix."""
 
 from __future__ import annotations
 
