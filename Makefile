@@ -41,7 +41,7 @@ ruff: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# mypy reads [tool.mypy] in pyproject.toml: sigma_ref/, strict
+# mypy reads [tool.mypy] in pyproject.toml: sigma_ref/ and spec/, strict
 lint: ruff
 	$(VENV)/bin/mypy
 

@@ -176,7 +176,7 @@ def rows(quick: bool) -> list[Row]:
     out.append(
         paired(
             "exact_group_size(0.5, epsilon=1e-12)",
-            lambda: sigma_ref.exact_group_size(0.5, 1e-12),
+            lambda: sigma_ref.exact_group_size(0.5, epsilon=1e-12),
             None,
             repeats,
             baseline_name="-",
@@ -224,7 +224,7 @@ def rows(quick: bool) -> list[Row]:
         )
     )
     # the same rows against verl's own function, and at a group size that is not a power of two
-    # (the exact centring then scales by G and back)
+    # (the exact centering then scales by G and back)
     six = (size // 6) * 6
     ids6 = torch.randperm(six // 6, generator=gen).repeat_interleave(6)[torch.randperm(six, generator=gen)]
     against_verl = [

@@ -57,7 +57,7 @@ for g in range(2, 9):
 [S.sigma(kk, 8) for kk in range(9)]
 
 # %% [markdown]
-# ## Bessel's std and the centred norm, and how the three relate
+# ## Bessel's std and the centered norm, and how the three relate
 #
 # `sigma_b = sqrt(G/(G-1)) * sigma` (both positive in a live group, so comparing squares
 # suffices) and `centered_norm = ||R - mu|| = sqrt(G) * sigma`.

@@ -82,7 +82,7 @@ for size in range(2, 7):
 # %% [markdown]
 # ## Baseline invariance and silent groups
 #
-# Shifting every reward by `c` shifts `mu` by `c`, so the centred rewards (hence `A` and
+# Shifting every reward by `c` shifts `mu` by `c`, so the centered rewards (hence `A` and
 # `g`) do not change. Adding a common vector `b` to every score adds
 # `(1/G) sum_i A_i b = 0` because `sum_i A_i = 0`: `S+ -> S+ + k b`, `S- -> S- + (G-k) b`
 # leaves `delta_s` and `g` unchanged. A silent group (`k = 0`, so `S+ = 0`; or `k = G`,
@@ -132,7 +132,7 @@ assert sp.simplify(S.identity_constant(scale="none") - sigma**2) == 0
 bessel, sp.sqrt((G - 1) / G) * sigma
 
 # %% [markdown]
-# With eps added, the silent group's update is `0 / eps = 0` (its centred rewards are exactly
+# With eps added, the silent group's update is `0 / eps = 0` (its centered rewards are exactly
 # zero), and the relative shortfall from the paper's constant is `eps/(std + eps)`.
 
 # %%

@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 03. RLOO is `G/(G-1)` times mean-centring
+# # 03. RLOO is `G/(G-1)` times mean-centering
 #
 # RLOO's advantage subtracts the mean of the *other* responses:
 # `A_i = R_i - (1/(G-1)) sum_{j != i} R_j`. Since `sum_{j != i} R_j = G mu - R_i`,

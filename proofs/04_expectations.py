@@ -91,12 +91,12 @@ assert sp.simplify(E_k / G - E_k2 / G**2 - S.expected_sigma_squared()) == 0
 sp.factor(sp.simplify(E_k / G - E_k2 / G**2))
 
 # %% [markdown]
-# The numeric oracle agrees (`expected_gradient(p, G, "dr_grpo")`, float64 relative `1e-15`):
+# The numeric oracle agrees (`expected_gradient(p, G, method="dr_grpo")`, float64 relative `1e-15`):
 
 # %%
 for g in (2, 3, 8, 100, 10**5):
     for pr in (sp.Rational(1, 20), sp.Rational(3, 10), sp.Rational(1, 2)):
-        got = sigma_ref.expected_gradient(float(pr), g, "dr_grpo")
+        got = sigma_ref.expected_gradient(float(pr), g, method="dr_grpo")
         assert np.isclose(got, float(S.expected_sigma_squared(g, pr)), rtol=1e-15, atol=0)
 "ok"
 
@@ -105,14 +105,14 @@ for g in (2, 3, 8, 100, 10**5):
 #
 # `sigma = f(mu)` with `f(x) = sqrt(x(1-x))` and `mu = k/G`. Expand `f` around `p` and take
 # expectations term by term: `E[f(mu)] = f(p) + sum_r f^(r)(p)/r! * m_r`, with `m_r` the
-# central moments of `mu`, from the centred moment generating function
+# central moments of `mu`, from the centered moment generating function
 # `E[e^{t(k - Gp)}] = e^{-Gpt} (1 - p + p e^t)^G` (symbolic `G`). `m_2 = pq/G`,
 # `m_3, m_4 = O(G^-2)`, `m_5, m_6 = O(G^-3)`: orders 2..6 fix the coefficients of
 # `1/G` and `1/G^2` exactly.
 
 # %%
-centred_mgf = sp.exp(-G * p * t) * mgf
-moments = {r: sp.factor(sp.diff(centred_mgf, t, r).subs(t, 0) / G**r) for r in range(2, 7)}
+centered_mgf = sp.exp(-G * p * t) * mgf
+moments = {r: sp.factor(sp.diff(centered_mgf, t, r).subs(t, 0) / G**r) for r in range(2, 7)}
 assert sp.simplify(moments[2] - p * q / G) == 0
 x = sp.Symbol("x", real=True)
 f = sp.sqrt(x * (1 - x))
@@ -348,7 +348,7 @@ for g, expect_short in ((g0, True), (g0 + 1, False)):
     two_terms = sp.Rational(1, 2 * g) + sp.Rational(3, 8 * g**2)
     assert (two_terms > sp.Rational(10**-12)) == expect_short  # epsilon = 1e-12 as the float it is
     assert abs(two_terms - sp.Rational(10**-12)) > 10**10 * sp.Rational(1, g**3)  # margin >> G^-3 (a check)
-assert sigma_ref.exact_group_size(0.5, 1e-12) == g0 + 1
+assert sigma_ref.exact_group_size(0.5, epsilon=1e-12) == g0 + 1
 "least G at (1/2, 1e-12): 500000000001"
 
 # %% [markdown]

@@ -107,7 +107,7 @@ for pr, eps_, relation in (
     (sp.Rational(47, 100), sp.Rational(1, 20), "equal"),
     (sp.Rational(1, 100), sp.Rational(9, 10), "above"),
 ):
-    exact = int(sigma_ref.exact_group_size(float(pr), float(eps_)))
+    exact = int(sigma_ref.exact_group_size(float(pr), epsilon=float(eps_)))
     law = int(sp.ceiling(S.group_size_law(pr, eps_)))
     assert (exact == law) if relation == "equal" else (law > exact), (pr, eps_, law, exact)
 rows

@@ -9,10 +9,10 @@
 # ---
 
 # %% [markdown]
-# # 13. The statistics kernel: exact centring, exact silent detection, and the error bound
+# # 13. The statistics kernel: exact centering, exact silent detection, and the error bound
 #
-# `group_statistics` and every advantage function centre each group once, one of three ways
-# chosen from the values (`sigma_ref.advantages._centring`):
+# `group_statistics` and every advantage function center each group once, one of three ways
+# chosen from the values (`sigma_ref.advantages._centering`):
 #
 # * **exact**: the values of the whole batch are float32 numbers and, with `low` the batch's
 #   smallest non-zero `|R|` (`2**(e-1) <= low < 2**e`), `q = e - 24` and `U = max|R| / 2**q`
@@ -24,9 +24,9 @@
 # * **general**: anything else: each group shifted by its maximum (and scaled by a power of two
 #   if it is tiny or huge), two passes, silent detection by `min == max`.
 #
-# This notebook proves what the first two ways claim for silent groups and exact centring: a
-# silent group is detected exactly (it centres to exactly 0 and no other group does) and the
-# exact way's centred values and means are correctly rounded. That the float32 way meets the
+# This notebook proves what the first two ways claim for silent groups and exact centering: a
+# silent group is detected exactly (it centers to exactly 0 and no other group does) and the
+# exact way's centered values and means are correctly rounded. That the float32 way meets the
 # module's bound `(G + 4) u max|R_i - mu|`, `u = 2**-53`, is **measured, not proved** (section 4
 # says why). Each statement is checked against exact rational arithmetic on the oracle's own
 # output.
@@ -38,7 +38,7 @@ import numpy as np
 import sympy as sp
 
 from sigma_ref import dr_grpo_advantage, group_statistics
-from sigma_ref.advantages import _EXACT_UNITS, _SHORT_MAX_G, _centring, _units
+from sigma_ref.advantages import _EXACT_UNITS, _SHORT_MAX_G, _centering, _units
 
 u = Fraction(1, 2**53)
 rng = np.random.default_rng(13)
@@ -54,7 +54,7 @@ def float32_numbers(size, low_exp, high_exp):
     return x
 
 
-def exact_centred(group):
+def exact_centered(group):
     """R_i - mu for each member, as exact rationals."""
     exact = [Fraction(float(v)) for v in group]
     mu = sum(exact) / len(exact)
@@ -68,7 +68,7 @@ def exact_centred(group):
 # `j v = (j M) 2**e` with `|j M| < 2**53`, so it is a float64 number. A sum of `G <= 2**29`
 # copies of `v`, in any order (left to right, pairwise, a GPU's atomics), only ever forms
 # partial sums `j v`: each addition is exact, the sum is `G v`, and the mean `fl(G v / G) = v`.
-# So a silent group centres to exactly 0 in the two float32 ways, with no `min`/`max` pass.
+# So a silent group centers to exactly 0 in the two float32 ways, with no `min`/`max` pass.
 
 # %%
 j, M = sp.symbols("j M", positive=True)
@@ -78,11 +78,11 @@ for v in [*extremes, *rng.random(20).astype(np.float32)]:
     copies = np.full(4096, float(v))
     partial = np.cumsum(copies)  # left to right in float64
     assert all(Fraction(float(p)) == (i + 1) * Fraction(float(v)) for i, p in enumerate(partial))
-    for G in (2, 3, 6, 8, 100):  # the oracle: silent, mean v, centred exactly 0, both ways
+    for G in (2, 3, 6, 8, 100):  # the oracle: silent, mean v, centered exactly 0, both ways
         wide = np.full(G, 1.0, dtype=np.float32)
         wide[:2] = [1.4e-45, 3.4e38]  # a second group of a wide range: the float32 way
         for batch, way in ((np.full((1, G), v), "exact"), (np.vstack([np.full(G, v), wide]), "float32")):
-            assert _centring(_units(batch, True), G) == way
+            assert _centering(_units(batch, True), G) == way
             stats = group_statistics(batch)
             assert bool(stats.silent[0]) and float(stats.mean[0]) == float(v)
             assert (dr_grpo_advantage(batch)[0] == 0).all()
@@ -112,37 +112,37 @@ checked = 0
 for G_ in (2, 3, 5, 6, 8, 16, 33, 64):
     for low_exp, high_exp in ((-8, 1), (-20, -10), (0, 20)):
         x = float32_numbers((7, G_), low_exp, high_exp)
-        assert _centring(_units(x, False), G_) == "exact"
+        assert _centering(_units(x, False), G_) == "exact"
         got = dr_grpo_advantage(x)  # Dr. GRPO: A = R - mu, no division
         mean = group_statistics(x).mean
         for row, out, m in zip(x, got, mean, strict=True):
-            centred, mu = exact_centred(row)
-            assert [float(c) for c in centred] == out.tolist()  # correctly rounded, every member
+            centered, mu = exact_centered(row)
+            assert [float(c) for c in centered] == out.tolist()  # correctly rounded, every member
             assert float(mu) == float(m)
             checked += G_
 ragged = float32_numbers(40, -6, 2)
 ids = rng.integers(0, 7, size=40)
 got = dr_grpo_advantage(ragged, index=ids)
 for gid in np.unique(ids):
-    centred, _ = exact_centred(ragged[ids == gid])
-    assert [float(c) for c in centred] == got[ids == gid].tolist()
-print(f"{checked} centred values of regular groups and 40 of ragged interleaved groups correctly rounded")
+    centered, _ = exact_centered(ragged[ids == gid])
+    assert [float(c) for c in centered] == got[ids == gid].tolist()
+print(f"{checked} centered values of regular groups and 40 of ragged interleaved groups correctly rounded")
 
 # The rule is the batch's grid, not any grid: integers of 2**0 with 2 G max|R| <= 2**53 that the
 # stated rule leaves to the float32 way (where the result may be an ulp off, within section 4's bound).
 odd = np.array([[6544071, 842256448, -1380129758511104]], dtype=np.float32).astype(np.float64)
 assert all(float(v).is_integer() for v in odd[0]) and 2 * 3 * abs(odd).max() <= 2**53
-assert _units(odd, True) > _EXACT_UNITS / 3 and _centring(_units(odd, True), 3) == "float32"
+assert _units(odd, True) > _EXACT_UNITS / 3 and _centering(_units(odd, True), 3) == "float32"
 
 # %% [markdown]
 # ## 3. Silent iff the squares are exactly 0 (both float32 ways)
 #
-# A silent group centres to exactly 0 (section 1), so its sum of squares is 0. A group that is
-# not silent keeps a centred value whose square does not underflow:
+# A silent group centers to exactly 0 (section 1), so its sum of squares is 0. A group that is
+# not silent keeps a centered value whose square does not underflow:
 #
 # * exact way: some `n R_i - sum R` is a non-zero integer of `2**q`, so `|R_i - mu| >= 2**q / G`
 #   with `q >= -149 - 24` and `G <= 2**26`: the square is `>= 2**-398 > 2**-1074`;
-# * float32 way: two different float32 numbers differ by at least `2**-149`, the centred values
+# * float32 way: two different float32 numbers differ by at least `2**-149`, the centered values
 #   span that spread and contain 0 (to within `G u` of it), so some `|c| >= 2**-151`: `c**2 >= 2**-302`.
 #
 # Checked at every float32 binade with one-ulp differences, in both ways (a second group with
@@ -156,10 +156,10 @@ for e in range(-149, 128):
     v = np.float32(2.0**e)
     nxt = np.nextafter(v, np.float32(np.inf))
     one_ulp = np.array([[v, v, nxt], [v, v, v]], dtype=np.float64)
-    assert _centring(_units(one_ulp, False), 3) == "exact"
+    assert _centering(_units(one_ulp, False), 3) == "exact"
     assert group_statistics(one_ulp).silent.tolist() == [False, True]
     forced = np.vstack([one_ulp, wide])
-    assert _centring(_units(forced, False), 3) == "float32"
+    assert _centering(_units(forced, False), 3) == "float32"
     assert group_statistics(forced).silent.tolist() == [False, True, False]
 print("277 binades: one ulp apart is not silent, equal is silent, in both ways")
 
@@ -185,7 +185,7 @@ print("277 binades: one ulp apart is not silent, equal is silent, in both ways")
 # ulp of the smaller binade, half of `X`'s), so a group that is not silent has `X <= 2**25 s`,
 # and the second term is at most `(G + 1)(G + 3) 2**-81 u s <= (G + 1) u s` while
 # `G + 3 <= 2**28`: the heuristic error is at most `(G + 4) u s <= 2 (G + 4) u max|R_i - mu|`
-# (the spread is at most twice the largest centred value). The kernel allows `G <= 2**26`.
+# (the spread is at most twice the largest centered value). The kernel allows `G <= 2**26`.
 # Below, offset groups of a wide dynamic range stay within `(G + 4) u max|R_i - mu|`, the
 # module's bound, by a wide margin: a check on these groups, not a proof for all.
 
@@ -204,11 +204,11 @@ for G_ in (3, 4, 6, 8, 64, 200):
     x = float32_numbers((20, G_), -60, 60)
     x[:, 0] = 2.0**100  # a large offset: the first mean's error is large against the spread
     x[:, 1] = 2.0**100 + 2.0**77
-    assert _centring(_units(x, False), G_) == "float32"
+    assert _centering(_units(x, False), G_) == "float32"
     for row, out in zip(x, dr_grpo_advantage(x), strict=True):
-        centred, _ = exact_centred(row)
-        scale = max(abs(c) for c in centred)
-        err = max(abs(Fraction(float(o)) - c) for o, c in zip(out, centred, strict=True))
+        centered, _ = exact_centered(row)
+        scale = max(abs(c) for c in centered)
+        err = max(abs(Fraction(float(o)) - c) for o, c in zip(out, centered, strict=True))
         assert err <= (G_ + 4) * u * scale, (G_, float(err / (u * scale)))
         worst = max(worst, err / (u * scale) / (G_ + 4))
 print(f"float32 way on offset wide-range groups: worst error {float(worst):.3f} of (G + 4) u max|c|")

@@ -83,8 +83,8 @@ sp.nsimplify(a_plus), sp.nsimplify(a_minus)
 # %%
 a_i = sp.symbols("a0:4", real=True)
 R = sp.symbols("R0:4", real=True)
-centred = [x - S.population_mean(R) for x in R]
-assert sp.simplify(sum(centred)) == 0
+centered = [x - S.population_mean(R) for x in R]
+assert sp.simplify(sum(centered)) == 0
 c = sp.symbols("c", positive=True)
 assert sp.simplify(S.update(d=S.sigma() * c) - S.update(d=S.sigma()) / c) == 0
 rewards = np.array([[1.0, 0.0, 0.0, 1.0], [0.5, 0.25, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
@@ -104,7 +104,7 @@ float(a.std())
 # ## GDPO: normalise each reward component, sum, normalise the batch
 #
 # With one component GDPO is the two-stage estimator; with several, a component that is silent in
-# a group adds 0 there (its centred values are exactly 0), so it never moves that group.
+# a group adds 0 there (its centered values are exactly 0), so it never moves that group.
 
 # %%
 two_col = np.stack([rewards.reshape(-1), np.repeat([1.0, 0.0, 1.0], 4)], axis=1)

@@ -45,7 +45,7 @@ for n in range(1, 8):
         - sum((x[j] - x[k]) ** 2 for j in range(n) for k in range(j + 1, n))
     )
     assert sp.expand(lagrange) == 0
-    c_i = -sum(x)  # the centred values sum to zero
+    c_i = -sum(x)  # the centered values sum to zero
     G = n + 1
     total = c_i**2 + sum(v**2 for v in x)  # = G sigma^2
     # (G - 1) * total - G * c_i^2 = n sum x^2 - (sum x)^2, Lagrange's sum of squares: >= 0

@@ -14,6 +14,10 @@ estimators, and what micro-batches and ranks make of them), ``sigma_ref.symbolic
 sympy expressions the proofs derive) and ``sigma_ref.compat.post`` (the seed post's code,
 as published).
 
+The specification the docstrings and messages cite as ``docs/spec.md §N`` ships with the
+package: ``docs/spec.md`` is that path in a clone and inside the installed package, read with
+``importlib.resources.files("sigma_ref").joinpath("docs/spec.md").read_text()``.
+
 >>> import numpy as np, sigma_ref
 >>> sigma_ref.grpo_advantage(np.array([1.0, 0.0, 0.0, 0.0]))
 array([ 1.73205081, -0.57735027, -0.57735027, -0.57735027])

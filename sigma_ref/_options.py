@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._vocabulary import LAYOUTS, LOSS_SCALES, SPLITS
+
 __all__ = [
     "LAYOUTS",
     "FRAMEWORKS",
@@ -49,13 +51,8 @@ __all__ = [
     "pytest_flags",
 ]
 
-#: How a plain function is called (``spec/README.md``, "Call shapes").
-LAYOUTS: tuple[str, ...] = ("contiguous", "index", "grouped", "token", "keep-mask", "sizes")
 #: ``--framework``: the array library of the implementation (``sigma_ref.conformance.frameworks``).
 FRAMEWORKS: tuple[str, ...] = ("auto", "torch", "jax")
-#: Level 5: how groups are sharded over ranks, and who scales micro-batch losses.
-SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
-LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
 #: Level 5: ranks and micro-batches with different response counts, or equal ones.
 SPLIT_SIZES: tuple[str, ...] = ("uneven", "equal")
 #: Level 5: several responses per row, their boundaries as ``position_ids`` or ``cu_seqlens``.

@@ -13,7 +13,7 @@ never imports torch), and return the caller's type, device and floating dtype
 never requires grad.
 
 Accuracy. Every statistic is computed once, by :func:`group_statistics`'s kernel, so
-that it is right for every finite input. The kernel centres each group one of three ways,
+that it is right for every finite input. The kernel centers each group one of three ways,
 chosen from the values (``proofs/13_kernel.py`` proves each):
 
 * exactly, when the batch's values are float32 numbers and, with ``q = e - 24`` from the batch's
@@ -22,17 +22,17 @@ chosen from the values (``proofs/13_kernel.py`` proves each):
   most real rewards; integers of a coarser grid that fail this rule, e.g. float32
   ``[6544071, 842256448, -1380129758511104]``, take the next way): ``sum R``, ``n R_i`` and
   ``n R_i - sum R`` are exact, so ``R_i - mu`` and ``mu`` are correctly rounded and a group
-  is silent iff its centred values are exactly 0. One sum, one subtraction, one sum of squares;
+  is silent iff its centered values are exactly 0. One sum, one subtraction, one sum of squares;
 * for other float32 numbers (a wide dynamic range): unshifted, in two passes (below); a
-  silent group of ``v`` sums exactly to ``G v`` and centres to exactly 0;
+  silent group of ``v`` sums exactly to ``G v`` and centers to exactly 0;
 * for any other input: each group is shifted by its own maximum, so a group whose rewards
   are all equal is exactly zero (silent detection is exact: ``min == max``); a group whose
   largest ``|R|`` is outside ``[2**-400, 2**400]`` is first scaled by a power of two (exact)
   so that it lies in ``[1/2, 1)``: no sum overflows and no square overflows or underflows.
 
 In the last two ways the mean is taken in two passes (the second removes the rounding
-error of the first), so the centred values sum to zero within rounding
-(``[1e16, 1e16 + 2, 1e16, 1e16]`` centres to ``[-0.5, 1.5, -0.5, -0.5]`` exactly). In all
+error of the first), so the centered values sum to zero within rounding
+(``[1e16, 1e16 + 2, 1e16, 1e16]`` centers to ``[-0.5, 1.5, -0.5, -0.5]`` exactly). In all
 three, sums run left to right over the ``G`` members (pairwise beyond ``G = 64``), in the
 same order for numpy and torch, and square roots are correctly rounded, so both libraries
 give bit-identical float64 results (on the CPU).
@@ -69,8 +69,8 @@ __all__ = [
 _MAX_EXP = 1023  # 2**1023 is the largest power of two in float64
 _MIN_EXP = -1022  # 2**-1022 the smallest normal one
 _SAFE = 2.0**400  # groups with 2**-400 <= max|R| <= 2**400 need no scaling
-_SHORT_MAX_G = 2**26  # float32 rewards: groups up to this size centre unshifted (proofs/13_kernel.py)
-_EXACT_UNITS = 2.0**52  # exact centring while 2 G max|R| / 2**q <= 2**53 (proofs/13_kernel.py)
+_SHORT_MAX_G = 2**26  # float32 rewards: groups up to this size center unshifted (proofs/13_kernel.py)
+_EXACT_UNITS = 2.0**52  # exact centering while 2 G max|R| / 2**q <= 2**53 (proofs/13_kernel.py)
 
 
 def _quiet(func: Any) -> Any:
@@ -137,8 +137,8 @@ def _where(cond: Array, a: Any, b: Any) -> Array:
     return np.where(cond, a, b)
 
 
-def _centring(units: float | None, largest: int) -> str:
-    """How :func:`_centre` centres groups of at most ``largest`` values with :func:`_units`
+def _centering(units: float | None, largest: int) -> str:
+    """How :func:`_center` centers groups of at most ``largest`` values with :func:`_units`
     ``units``: ``"exact"`` (``2 G units <= 2**53``), ``"float32"`` (float32 numbers, ``G <= 2**26``)
     or ``"general"``."""
     if units is not None and units <= _EXACT_UNITS / largest:
@@ -221,7 +221,7 @@ class _Kernel:
 
     ``centered[i] = (R_i - mu) * 2**-exponent`` per element (layout's value shape);
     per group: ``exponent`` (the group was scaled by ``2**-exponent``), ``mean`` in
-    scaled units, ``squares = sum (scaled centred)**2``, ``silent``, ``singleton``, ``size``.
+    scaled units, ``squares = sum (scaled centered)**2``, ``silent``, ``singleton``, ``size``.
     """
 
     layout: Layout
@@ -236,8 +236,8 @@ class _Kernel:
     unscaled: bool  # exponent == 0 for every group (the common case: no scaling work)
 
 
-def _centre(values: Array, lay: Layout, *, owned: bool = False, units: float | None = None) -> _Kernel:
-    """Centre each group: exactly when its sums are exact (``units`` small enough), else in
+def _center(values: Array, lay: Layout, *, owned: bool = False, units: float | None = None) -> _Kernel:
+    """Center each group: exactly when its sums are exact (``units`` small enough), else in
     two passes, unshifted for float32 numbers (``units`` given), else scaled by a power of
     two and shifted by its maximum.
 
@@ -249,16 +249,16 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False, units: float | N
     """
     xp = _xp(values)
     scratch = None if isinstance(lay, _arrays.Rows) else xp.empty_like(values)
-    way = _centring(units, _largest_group(lay))
+    way = _centering(units, _largest_group(lay))
     if way == "exact":
-        return _centre_exact(values, lay, owned, scratch)
+        return _center_exact(values, lay, owned, scratch)
     if way == "float32":
         # a silent group of v: every partial sum j * v (j <= 2**26) is exact, so its first mean
-        # is v and it centres to exactly 0; every other group keeps a centred value >= 2**-151
+        # is v and it centers to exactly 0; every other group keeps a centered value >= 2**-151
         # (squares > 0), and no sum or square of float32 numbers overflows float64: silent is
         # exactly `squares == 0`, with no min, max or scaling pass
         exponent = _zeros_int64(lay.sizes)
-        return _finish_centring(values, lay, None, None, exponent, None, scratch, owned, unscaled=True)
+        return _finish_centering(values, lay, None, None, exponent, None, scratch, owned, unscaled=True)
     lo, hi = lay.min(values), lay.max(values)  # NaN and inf show up here: no extra pass
     if not bool((xp.isfinite(lo) & xp.isfinite(hi)).all()):
         _arrays.check_finite(values, lay, "rewards")
@@ -266,10 +266,10 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False, units: float | N
     top = xp.maximum(abs(lo), abs(hi))
     if bool((top <= _SAFE).all()) and bool(((top >= 1 / _SAFE) | silent).all()):
         # every non-silent group has 2**-400 <= max|R| <= 2**400: no square can overflow or
-        # underflow (a non-silent group has a centred value >= ulp(max|R|) / 4), so no scaling
+        # underflow (a non-silent group has a centered value >= ulp(max|R|) / 4), so no scaling
         exponent = _int64(0 * lo)
         shifted = _minus(values, lay.expand(hi, scratch), owned)
-        return _finish_centring(values, lay, shifted, hi, exponent, silent, scratch, owned, unscaled=True)
+        return _finish_centering(values, lay, shifted, hi, exponent, silent, scratch, owned, unscaled=True)
     _, exponent = xp.frexp(top)  # max|R| < 2**exponent, 0 for zeros
     exponent = _int64(exponent)
     first = _clip(-exponent, _MIN_EXP, _MAX_EXP)
@@ -282,10 +282,10 @@ def _centre(values: Array, lay: Layout, *, owned: bool = False, units: float | N
         ref = ref * more
         shifted *= lay.expand(more, scratch)
     shifted -= lay.expand(ref, scratch)  # in [-2, 0]; exactly 0 where R_i is the group's maximum
-    return _finish_centring(values, lay, shifted, ref, exponent, silent, scratch, owned, unscaled=False)
+    return _finish_centering(values, lay, shifted, ref, exponent, silent, scratch, owned, unscaled=False)
 
 
-def _finish_centring(
+def _finish_centering(
     values: Array,
     lay: Layout,
     shifted: Array | None,
@@ -297,7 +297,7 @@ def _finish_centring(
     *,
     unscaled: bool,
 ) -> _Kernel:
-    """The two-pass centring of ``shifted = R * 2**-exponent - ref`` and its sum of squares.
+    """The two-pass centering of ``shifted = R * 2**-exponent - ref`` and its sum of squares.
 
     ``shifted=None`` (with ``ref=None``, ``silent=None``): the values themselves, unshifted
     (written in place only if ``owned``); a non-finite first mean then raises naming the
@@ -336,10 +336,10 @@ def _times(values: Array, other: Any, owned: bool) -> Array:
     return values * other
 
 
-def _centre_exact(values: Array, lay: Layout, owned: bool, scratch: Array | None) -> _Kernel:
+def _center_exact(values: Array, lay: Layout, owned: bool, scratch: Array | None) -> _Kernel:
     """Every group's ``sum R``, ``n R_i`` and ``n R_i - sum R`` are exact in float64 (integers
     of ``2**q`` below ``2**53``): ``R_i - mu = (n R_i - sum R) / n`` correctly rounded, the
-    mean ``sum R / n`` correctly rounded, and a group is silent iff its centred values are all
+    mean ``sum R / n`` correctly rounded, and a group is silent iff its centered values are all
     exactly 0 (``squares == 0``). One sum, one scale-and-subtract, one sum of squares."""
     size = lay.sizes
     total = lay.sum(values)
@@ -385,7 +385,7 @@ def _eps_weight(
         scaled = xp.maximum(std, eps_scaled)
     positive = scaled > 0
     fraction, power = xp.frexp(scaled)  # scaled = fraction * 2**power, fraction in [1/2, 1)
-    den = _where(positive, fraction, xp.ones_like(fraction))  # 0/0 = 0: centred values are 0 there
+    den = _where(positive, fraction, xp.ones_like(fraction))  # 0/0 = 0: centered values are 0 there
     shift = _where(positive, _int64(power) + exponent - group_exponent, 0 * exponent)
     if eps > 0:  # eps * 2**-exponent overflowed: d is eps to within 1e-300 relative
         huge = xp.isinf(eps_scaled)
@@ -478,8 +478,8 @@ def _statistics(
                 "needs at least 2; use scale='group' or more rewards"
             )
         one = xp.ones(1, dtype=values.dtype) if not is_tensor(values) else values.new_ones(1)
-        whole = _centre(values.reshape(-1, 1), _arrays.Rows(1, n, one * n, (), 0, 1), units=units)
-    kernel = _centre(values, lay, owned=owned, units=units)
+        whole = _center(values.reshape(-1, 1), _arrays.Rows(1, n, one * n, (), 0, 1), units=units)
+    kernel = _center(values, lay, owned=owned, units=units)
     singleton = kernel.singleton
     if conv.singleton == "error" and bool(singleton.any()):
         group = lay.first_group(singleton)
@@ -506,7 +506,7 @@ def _statistics(
         divisor, den, shift = _eps_weight(std + xp.zeros_like(kernel.squares), batch_exponent, exponent, conv)
     if bool(singleton.any()):
         if conv.singleton == "zero":
-            den = _where(singleton, xp.ones_like(den), den)  # its centred value is 0
+            den = _where(singleton, xp.ones_like(den), den)  # its centered value is 0
             shift = _where(singleton, 0 * shift, shift)
             divisor = _where(singleton, xp.ones_like(divisor), divisor)
         else:  # "unit_std": mean 0 and std 1, so A = R / (1 + eps)
@@ -543,7 +543,7 @@ def _unscaled_statistics(kernel: _Kernel, whole: _Kernel | None, conv: Conventio
         divisor = batch + xp.zeros_like(kernel.squares)
     if bool(singleton.any()):
         if conv.singleton == "zero":
-            divisor = _where(singleton, xp.ones_like(divisor), divisor)  # its centred value is 0
+            divisor = _where(singleton, xp.ones_like(divisor), divisor)  # its centered value is 0
         else:  # "unit_std": mean 0 and std 1, so A = R / (1 + eps)
             one = xp.ones_like(divisor)
             d_one = one if conv.scale == "none" else _plain_eps(one, conv)
@@ -775,7 +775,7 @@ def grpo_advantage(
 def dr_grpo_advantage(
     rewards: Array, *, convention: Convention | str = DR_GRPO, index: Any = None, dim: int = -1
 ) -> Array:
-    """Dr. GRPO advantages ``A_i = R_i - mu``: mean-centring, no division.
+    """Dr. GRPO advantages ``A_i = R_i - mu``: mean-centering, no division.
 
     Only ``convention.singleton`` is used (its divisor fields are ignored).
 

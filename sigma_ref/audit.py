@@ -129,7 +129,7 @@ def _exact_sizes(values: np.ndarray, eps: float) -> np.ndarray:
     if values.size == 0:
         return out
     try:
-        out[:] = np.asarray(exact_group_size(values, eps), dtype=np.float64).reshape(-1)
+        out[:] = np.asarray(exact_group_size(values, epsilon=eps), dtype=np.float64).reshape(-1)
     except ValueError:  # some value needs G > 2**40: halve until it is isolated
         if values.size == 1:
             return out
@@ -158,7 +158,9 @@ def group_sizes(p: np.ndarray, epsilon: float, *, exact: bool = True) -> tuple[n
         fits = 1 / (8 * epsilon * values * (1 - values)) < CLOSED_LIMIT
     closed_values = np.full(values.shape, np.inf)
     if fits.any():
-        closed_values[fits] = np.asarray(min_group_size(values[fits], epsilon), dtype=np.float64).reshape(-1)
+        closed_values[fits] = np.asarray(
+            min_group_size(values[fits], epsilon=epsilon), dtype=np.float64
+        ).reshape(-1)
     closed[inner] = closed_values[inverse]
     if exact:
         exact_values = np.full(values.shape, np.inf)
@@ -235,7 +237,7 @@ class AuditResult:
         )
 
 
-def corpus_audit(pass_rates: Any, G: int = 8, epsilon: float = 0.05) -> AuditResult:
+def corpus_audit(pass_rates: Any, *, G: int = 8, epsilon: float = 0.05) -> AuditResult:
     """Audit per-prompt pass rates at group size ``G`` (the seed post's audit, corrected).
 
     Per prompt: silent rate ``p**G + (1-p)**G``, closed-form ``G* = ceil(1 / (8 epsilon
@@ -515,8 +517,9 @@ def rollout_audit(
     >>> [(r.G, r.plug_in, round(r.subsampled, 4), r.observed) for r in audit.silent]
     [(4, 0.5625, 0.5, 0.5), (2, 0.75, 0.6667, None)]
     """
-    from .difficulty import Method, fidelity, mass_weight
+    from ._vocabulary import Method
     from .difficulty import exact_group_size as _exact
+    from .difficulty import fidelity, mass_weight
     from .rollouts import subsampled_silent_rate
 
     if not 0 < extreme < 0.5:
@@ -565,9 +568,11 @@ def rollout_audit(
     shares: dict[str, float | None] = {}
     methods: tuple[tuple[Method, str], ...] = (("dr_grpo", "Dr. GRPO"), ("grpo", "GRPO"))
     for method, label in methods:
-        shares[f"{label} (large G)"] = _weighted_share(np.asarray(mass_weight(values, method)), counts, edge)
+        shares[f"{label} (large G)"] = _weighted_share(
+            np.asarray(mass_weight(values, method=method)), counts, edge
+        )
         if logged and logged >= 2:
-            weights = np.asarray(mass_weight(values, method, logged))
+            weights = np.asarray(mass_weight(values, method=method, G=logged))
             shares[f"{label} (G={logged})"] = _weighted_share(weights, counts, edge)
     live = (values > 0) & (values < 1)
     eps_list = [float(e) for e in np.atleast_1d(np.asarray(epsilons, dtype=np.float64))]
@@ -581,7 +586,7 @@ def rollout_audit(
             reached = float(m_mass[fid >= 1 - eps].sum())
         plug_median = plug_p90 = maximum = None
         if live.any():
-            least = np.asarray(_exact(values[live], eps)).reshape(-1)
+            least = np.asarray(_exact(values[live], epsilon=eps)).reshape(-1)
             weights = counts[live]
             order = np.argsort(least, kind="stable")
             cumulative = np.cumsum(weights[order]) / weights.sum()

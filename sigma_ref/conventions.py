@@ -11,13 +11,13 @@ field      values                                  divisor ``d``
 ddof       0 (population) or 1 (Bessel)            ``std = sqrt(sum (R - mu)**2 / (n - ddof))``
 eps        >= 0, placement ``add`` or ``floor``    ``std + eps`` or ``max(std, eps)``
 scale      ``group``, ``batch`` or ``none``        the group's std, one std over the whole
-                                                   batch (centred on the batch mean), or 1
+                                                   batch (centered on the batch mean), or 1
 singleton  ``error``, ``zero`` or ``unit_std``     a group of one response: rejected,
                                                    advantage 0, or mean 0 and std 1
 ========== ======================================= =====================================
 
 A silent group (all rewards equal) always gets advantage 0 under ``scale="group"``,
-whatever ``eps`` is: its centred rewards are exactly zero.
+whatever ``eps`` is: its centered rewards are exactly zero.
 
 Presets (each records its ``source``): ``PAPER``, ``POST``, ``DR_GRPO``, ``TRL``,
 ``TRL_BATCH``, ``VERL``, ``OPENRLHF``; ``PRESETS`` maps their names to them and
@@ -34,9 +34,19 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Literal
 
 import numpy as np
+
+from ._vocabulary import (
+    AGGREGATION_MODES,
+    PLACEMENTS,
+    SCALES,
+    SINGLETONS,
+    TRL_AGGREGATION,
+    Placement,
+    Scale,
+    Singleton,
+)
 
 __all__ = [
     "Convention",
@@ -53,14 +63,6 @@ __all__ = [
     "AGGREGATION_ALIASES",
     "resolve_aggregation",
 ]
-
-EpsPlacement = Literal["add", "floor"]
-Scale = Literal["group", "batch", "none"]
-Singleton = Literal["error", "zero", "unit_std"]
-
-_PLACEMENTS = ("add", "floor")
-_SCALES = ("group", "batch", "none")
-_SINGLETONS = ("error", "zero", "unit_std")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,7 @@ class Convention:
     name: str
     ddof: int = 0
     eps: float = 0.0
-    eps_placement: EpsPlacement = "add"
+    eps_placement: Placement = "add"
     scale: Scale = "group"
     singleton: Singleton = "error"
     source: str = ""
@@ -103,18 +105,18 @@ class Convention:
             raise ValueError(
                 f"Convention eps={self.eps!r} must be finite and >= 0; use eps=0.0 for no epsilon"
             )
-        if self.eps_placement not in _PLACEMENTS:
+        if self.eps_placement not in PLACEMENTS:
             raise ValueError(
                 f"Convention eps_placement={self.eps_placement!r} must be one of "
-                f"{_PLACEMENTS}: 'add' is std + eps, 'floor' is max(std, eps)"
+                f"{PLACEMENTS}: 'add' is std + eps, 'floor' is max(std, eps)"
             )
-        if self.scale not in _SCALES:
+        if self.scale not in SCALES:
             raise ValueError(
-                f"Convention scale={self.scale!r} must be one of {_SCALES}: the group's "
+                f"Convention scale={self.scale!r} must be one of {SCALES}: the group's "
                 "std, one std over the batch, or no division (Dr. GRPO)"
             )
-        if self.singleton not in _SINGLETONS:
-            raise ValueError(f"Convention singleton={self.singleton!r} must be one of {_SINGLETONS}")
+        if self.singleton not in SINGLETONS:
+            raise ValueError(f"Convention singleton={self.singleton!r} must be one of {SINGLETONS}")
 
     def replace(self, **changes: object) -> Convention:
         """A copy with some fields changed (validated like a new one).
@@ -159,7 +161,7 @@ POST = Convention(
 DR_GRPO = Convention(
     "dr_grpo",
     scale="none",
-    source="Dr. GRPO (arXiv 2503.20783): mean-centring only",
+    source="Dr. GRPO (arXiv 2503.20783): mean-centering only",
 )
 TRL = Convention(
     "trl",
@@ -221,32 +223,10 @@ def get_convention(name: str | Convention) -> Convention:
 # --------------------------------------------------------------------------------------
 # loss aggregation (docs/spec.md §4): the names; the weights are sigma_ref.objectives.aggregation_weights
 
-#: verl 0.9.1's ``loss_agg_mode`` names (``verl.trainer.ppo.core_algos.agg_loss``).
-AGGREGATION_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-    "token-sum",
-)
-
-#: TRL 1.16.0 ``GRPOConfig.loss_type`` (and a few spelling variants) -> verl mode. Read in
-#: ``GRPOTrainer._compute_loss``: ``grpo``/``sapo``: per-sequence token mean, mean over
-#: sequences; ``bnpo``: one token mean over the (local) batch; ``dr_grpo``: token sum over
-#: ``B * max_completion_length`` (seq-mean-token-sum-norm with constant
-#: ``max_completion_length``); ``dapo``/``cispo``/``vespo``: token sum over the active tokens
-#: of the global accumulated batch (a token mean over the global batch); ``luspo``: token sum
-#: per sequence, mean over sequences.
-AGGREGATION_ALIASES: dict[str, str] = {
-    "grpo": "seq-mean-token-mean",
-    "sapo": "seq-mean-token-mean",
-    "bnpo": "token-mean",
-    "dr_grpo": "seq-mean-token-sum-norm",
-    "dapo": "token-mean",
-    "cispo": "token-mean",
-    "vespo": "token-mean",
-    "luspo": "seq-mean-token-sum",
-}
+#: verl 0.9.1's ``loss_agg_mode`` names (``AGGREGATION_MODES``) and TRL 1.16.0's ``GRPOConfig.loss_type``
+#: -> verl mode (``AGGREGATION_ALIASES``, read in ``GRPOTrainer._compute_loss``) are the vocabulary's
+#: (``sigma_ref._vocabulary.AGGREGATION_MODES`` and ``TRL_AGGREGATION``), re-exported here.
+AGGREGATION_ALIASES = TRL_AGGREGATION
 
 
 def resolve_aggregation(name: str) -> str:

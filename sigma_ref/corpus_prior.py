@@ -128,9 +128,9 @@ def fit_prior(n: npt.ArrayLike, k: npt.ArrayLike) -> BetaPrior:
     var = float((counts * (p - mean) ** 2).sum() / counts.sum())
     mean = min(max(mean, 1e-3), 1 - 1e-3)
     spread = max(mean * (1 - mean) / max(var, 1e-9) - 1, 0.1)
-    centre = np.log([mean * spread, (1 - mean) * spread])
+    center = np.log([mean * spread, (1 - mean) * spread])
     span = 3.0
-    best = (centre[0], centre[1])
+    best = (center[0], center[1])
     for _ in range(12):
         grid = np.linspace(-span, span, 9)
         scores = [
@@ -209,7 +209,7 @@ def posterior(
     j = np.arange(G + 1, dtype=np.float64)
     lf = _log_factorials(2 * G)
     log_comb = lf[G] - lf[: G + 1] - lf[G::-1]
-    centre = float(log_comb.max())
+    center = float(log_comb.max())
     hj = h(j, G)
     rows = max(1, _CELLS // (2 * G + 1))  # pairs per chunk: the matrices stay under _CELLS cells
     first = np.concatenate(
@@ -223,14 +223,14 @@ def posterior(
     )
     if not sd:
         return first[inverse], math.nan
-    scaled = hj * np.exp(log_comb - centre)
+    scaled = hj * np.exp(log_comb - center)
     c = np.convolve(scaled, scaled)
     with np.errstate(divide="ignore"):
         log_c = np.log(np.maximum(c, 0.0))
     second = np.concatenate(
         [
             np.exp(
-                log_c[None, :] + 2 * centre + _beta_moments(alpha[i : i + rows], beta[i : i + rows], 2 * G)
+                log_c[None, :] + 2 * center + _beta_moments(alpha[i : i + rows], beta[i : i + rows], 2 * G)
             ).sum(axis=1)
             for i in range(0, alpha.size, rows)
         ]

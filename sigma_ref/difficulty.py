@@ -2,18 +2,18 @@
 
 With ``k ~ Binomial(G, p)`` correct responses in a group of ``G``:
 
-================================ ==================================================
-``silent_group_rate(p, G)``      ``p**G + (1 - p)**G``
-``expected_gradient(p, G)``      ``E[g] = (1/G) sum_{k=1}^{G-1} C(G,k) p^k (1-p)^(G-k) sqrt(k(G-k))``
-``expected_gradient(.., "dr_grpo")`` ``E[sigma**2] = p (1 - p) (1 - 1/G)``
-``fidelity(p, G)``               ``E[g] / sqrt(p (1 - p))``, in [0, 1], increasing in G
-``attenuation(p, G)``            ``1 - 1 / (8 G p (1 - p))``, the large-G expansion of fidelity
-``min_group_size(p, epsilon)``   ``ceil(1 / (8 epsilon p (1 - p)))`` (the group-size law)
-``exact_group_size(p, epsilon)`` least ``G`` with ``fidelity(p, G) >= 1 - epsilon``
-``difficulty_weight(p)``         ``1 / sqrt(p (1 - p)) = d/dp 2 arcsin sqrt(p)``
-``mass_weight(p, method)``       ``sqrt(p (1 - p))`` (GRPO) or ``p (1 - p)`` (Dr. GRPO)
-``arcsine_objective(p)``         ``2 arcsin sqrt(p)``
-================================ ==================================================
+=========================================== ==================================================
+``silent_group_rate(p, G)``                 ``p**G + (1 - p)**G``
+``expected_gradient(p, G)``                 ``E[g] = (1/G) sum_k C(G,k) p^k (1-p)^(G-k) sqrt(k(G-k))``
+``expected_gradient(.., method="dr_grpo")`` ``E[sigma**2] = p (1 - p) (1 - 1/G)``
+``fidelity(p, G)``                          ``E[g] / sqrt(p (1 - p))``, in [0, 1], increasing in G
+``attenuation(p, G)``                       ``1 - 1 / (8 G p (1 - p))``, the large-G expansion of fidelity
+``min_group_size(p, *, epsilon)``           ``ceil(1 / (8 epsilon p (1 - p)))`` (the group-size law)
+``exact_group_size(p, *, epsilon)``         least ``G`` with ``fidelity(p, G) >= 1 - epsilon``
+``difficulty_weight(p)``                    ``1 / sqrt(p (1 - p)) = d/dp 2 arcsin sqrt(p)``
+``mass_weight(p, *, G, method)``            ``sqrt(p (1 - p))`` (GRPO) or ``p (1 - p)`` (Dr. GRPO)
+``arcsine_objective(p)``                    ``2 arcsin sqrt(p)``
+=========================================== ==================================================
 
 Evaluation and precision: ``E[sqrt(k (G-k))]`` is summed over ``p <= 1/2`` only (the sum is
 symmetric in ``p <-> 1 - p``, and ``1 - p`` is exact for ``p >= 1/2``) and only over a window
@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 import mpmath
 import numpy as np
 
 from . import _arrays
+from ._vocabulary import METHODS, Method
 
 __all__ = [
     "silent_group_rate",
@@ -59,8 +60,6 @@ __all__ = [
     "arcsine_objective",
 ]
 
-Method = Literal["grpo", "dr_grpo"]
-_METHODS = ("grpo", "dr_grpo")
 _LN_2PI = math.log(2 * math.pi)
 _TAIL = 1e-17  # bound on the relative share of E[sqrt(k (G - k))] left outside the window
 _SEGMENT = 128  # terms walked by the exact ratio from one saddle-point anchor
@@ -451,8 +450,8 @@ def _p_and_G(p: Any, G: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], _
 
 
 def _check_method(method: Any) -> Method:
-    if method not in _METHODS:
-        raise ValueError(f"method={method!r} must be one of {_METHODS}")
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} must be one of {METHODS}")
     checked: Method = method
     return checked
 
@@ -493,7 +492,7 @@ def _expected(pf: np.ndarray, Gf: np.ndarray, method: str) -> np.ndarray:
     return out
 
 
-def expected_gradient(p: Any, G: Any, method: Method = "grpo") -> Any:
+def expected_gradient(p: Any, G: Any, *, method: Method = "grpo") -> Any:
     """Exact expected per-prompt update, in units of ``delta_s``, for ``k ~ Bin(G, p)``.
 
     ``method="grpo"``: ``E[sigma] = (1/G) sum_{k=1}^{G-1} C(G,k) p^k (1-p)^(G-k) sqrt(k (G-k))``;
@@ -502,7 +501,7 @@ def expected_gradient(p: Any, G: Any, method: Method = "grpo") -> Any:
 
     >>> round(expected_gradient(0.5, 2), 6)  # k=1 w.p. 1/2, sigma=1/2
     0.25
-    >>> expected_gradient(0.5, 4, "dr_grpo")
+    >>> expected_gradient(0.5, 4, method="dr_grpo")
     0.1875
     """
     method = _check_method(method)
@@ -554,7 +553,7 @@ def attenuation(p: Any, G: Any) -> Any:
         return back((1 - 1 / (8 * Gf * pf * (1 - pf))).reshape(shape))
 
 
-def min_group_size(p: Any, epsilon: float = 0.05) -> Any:
+def min_group_size(p: Any, *, epsilon: float = 0.05) -> Any:
     """The group-size law in closed form: ``G* = ceil(1 / (8 epsilon p (1 - p)))``.
 
     The ``G`` at which :func:`attenuation` reaches ``1 - epsilon`` (the seed post's
@@ -660,7 +659,7 @@ def _short_certified(p: float, G: int, eps: float) -> bool | None:
         iv.prec = saved
 
 
-def exact_group_size(p: Any, epsilon: float = 0.05) -> Any:
+def exact_group_size(p: Any, *, epsilon: float = 0.05) -> Any:
     """Least ``G >= 2`` with ``fidelity(p, G) >= 1 - epsilon``.
 
     Decided on the deficit ``1 - phi(G) <= epsilon``, computed with relative precision however small
@@ -752,35 +751,35 @@ def difficulty_weight(p: Any) -> Any:
         return back(1 / np.sqrt(p_arr * (1 - p_arr)))
 
 
-def mass_weight(p: Any, method: Method = "grpo", G: Any = None) -> Any:
+def mass_weight(p: Any, *, G: Any = None, method: Method = "grpo") -> Any:
     """Expected update size a prompt of success rate ``p`` receives.
 
     Large-group limit (``G=None``): ``sqrt(p (1 - p))`` for GRPO (``method="grpo"``),
     ``p (1 - p)`` for Dr. GRPO (``method="dr_grpo"``). With ``G`` given: the exact
     :func:`expected_gradient`.
 
-    >>> mass_weight(0.5), mass_weight(0.5, "dr_grpo")
+    >>> mass_weight(0.5), mass_weight(0.5, method="dr_grpo")
     (0.5, 0.25)
     """
     method = _check_method(method)
     if G is not None:
-        return expected_gradient(p, G, method)
+        return expected_gradient(p, G, method=method)
     p_arr, back = _arrays.numeric(p, "p")
     _arrays.check_probability(p_arr)
     var = p_arr * (1 - p_arr)
     return back(np.sqrt(var) if method == "grpo" else var)
 
 
-def mass_share(p: Any, mask: Any, method: Method = "grpo", G: Any = None) -> float:
+def mass_share(p: Any, mask: Any, *, G: Any = None, method: Method = "grpo") -> float:
     """Share of a corpus's total update mass that falls on the prompts where ``mask`` is True.
 
-    ``share = sum(m[mask]) / sum(m)`` with ``m = mass_weight(p, method, G)`` (``method``
+    ``share = sum(m[mask]) / sum(m)`` with ``m = mass_weight(p, G=G, method=method)`` (``method``
     ``"grpo"`` or ``"dr_grpo"``; ``G=None`` for the large-group limit).
 
     >>> round(mass_share([0.05, 0.5], [True, False]), 4)
     0.3036
     """
-    weights = np.asarray(_arrays.numeric(mass_weight(p, method, G), "p")[0], dtype=np.float64)
+    weights = np.asarray(_arrays.numeric(mass_weight(p, method=method, G=G), "p")[0], dtype=np.float64)
     weights = weights.reshape(-1)
     if isinstance(mask, (str, bytes)):
         raise TypeError(f"mask={mask!r} must be an array of booleans, one per prompt")

@@ -1,6 +1,6 @@
 """Named estimators: advantage families real trainers ship that are not one divisor per group.
 
-A :class:`~sigma_ref.Convention` divides a group's centred rewards by one ``d``. Trainers also
+A :class:`~sigma_ref.Convention` divides a group's centered rewards by one ``d``. Trainers also
 ship estimators outside that form; each is named here, built only from the oracle's own
 functions (:func:`~sigma_ref.grpo_advantage`, :func:`~sigma_ref.rloo_advantage`,
 :func:`~sigma_ref.dr_grpo_advantage`, :func:`~sigma_ref.group_statistics`), and derived in
@@ -138,7 +138,7 @@ def loo_std_advantage(rewards: Any, *, index: Any = None, ddof: int = 1, eps: fl
 
     The std is over the other ``G - 1`` responses (the oracle's :func:`group_statistics` of each
     leave-one-out set, so exact where the oracle is); ``G - 1 > ddof`` is needed. A response whose
-    siblings are all equal divides its (non-zero) centred reward by ``eps`` (``inf`` for ``eps = 0``):
+    siblings are all equal divides its (non-zero) centered reward by ``eps`` (``inf`` for ``eps = 0``):
     the estimator's own behaviour, not the oracle's. A silent group gets 0. Equal rewards of one
     group share their leave-one-out set, so the work is ``G`` per distinct reward of a group, not
     ``G**2`` (binary rewards at ``G = 4096``: two sets per group).
@@ -193,7 +193,7 @@ def group_then_batch_advantage(
 
 def _batch_normalised(a: Floats, ddof: int, eps: float) -> Floats:
     """``a / (sqrt(sum a^2 / (N - ddof)) + eps)``: the batch normalisation of advantages whose batch
-    mean is 0 exactly (proofs/14), so their rounding residue is never re-centred into silent groups."""
+    mean is 0 exactly (proofs/14), so their rounding residue is never re-centered into silent groups."""
     Convention("batch", ddof=ddof, eps=eps)  # validates ddof and eps, naming them
     if a.size - ddof < 1:
         raise ValueError(f"batch_ddof={ddof} needs more than {ddof} advantages in the batch; got {a.size}")

@@ -27,9 +27,7 @@ from .conventions import PAPER, Convention, get_convention
 __all__ = ["policy_gradient", "decompose", "decompose_continuous", "Decomposition", "ContinuousDecomposition"]
 
 
-def _scores_like(
-    scores: Any, values: torch.Tensor, groups: Groups, dim: int, name: str
-) -> tuple[torch.Tensor, bool]:
+def _scores_like(scores: Any, values: torch.Tensor, groups: Groups, name: str) -> tuple[torch.Tensor, bool]:
     """Flat ``[N, d]`` scores aligned with the flat rewards; ``True`` if scalar scores."""
     s, _ = _arrays.as_float64(scores, "scores", library="torch")
     s = s.to(values.device)
@@ -104,7 +102,7 @@ def policy_gradient(advantages: Array, scores: Array, *, index: Any = None, dim:
     a, backend = _arrays.as_float64(advantages, "advantages", library="torch")
     flat, groups = _arrays.layout(a, index, dim, "advantages")
     _arrays.check_finite(flat, groups, "advantages")
-    s, scalar = _scores_like(scores, a, groups, dim, "advantages")
+    s, scalar = _scores_like(scores, a, groups, "advantages")
     g = groups.mean(flat.unsqueeze(-1) * s)
     _finite_or_raise(groups, update=g)
     return _fits(backend, groups, scalar, update=g)["update"]
@@ -166,7 +164,7 @@ def decompose(
         "rewards",
         "for real-valued rewards use sigma_ref.decompose_continuous (g = Cov(R, s) / d)",
     )
-    s, scalar = _scores_like(scores, x, groups, dim, "rewards")
+    s, scalar = _scores_like(scores, x, groups, "rewards")
     stats = _statistics(flat, groups, conv)
     k = groups.sum(flat)
     n = groups.sizes
@@ -248,7 +246,7 @@ def decompose_continuous(
     x, backend = _arrays.as_float64(rewards, "rewards", library="torch")
     flat, groups = _arrays.layout(x, index, dim, "rewards")
     _arrays.check_finite(flat, groups, "rewards")
-    s, scalar = _scores_like(scores, x, groups, dim, "rewards")
+    s, scalar = _scores_like(scores, x, groups, "rewards")
     stats = _statistics(flat, groups, conv)
     kern = stats.kernel
     # in each group's units 2**e (sigma_u = sigma / 2**e in [2**-60, 1] unless silent): with

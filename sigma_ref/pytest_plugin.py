@@ -1,10 +1,11 @@
 """The sigma-ref pytest plugin (registered under ``pytest11``).
 
 Loaded by every pytest run in an environment where sigma-ref is installed, it changes
-nothing there: its options share the prefix ``--sigma-ref-``, and it only registers the
-hypothesis profiles below under names of its own. The suite loads one when it runs
-(``spec/conftest.py``), chosen by ``--hypothesis-profile``, else the environment variable
-``HYPOTHESIS_PROFILE`` (short names accepted), else by ``CI``:
+nothing there and imports nothing heavy (not hypothesis, not torch): its options share the prefix
+``--sigma-ref-``, and the hypothesis profiles below, under names of its own, are registered only
+by a session that runs the suite or names one of them with ``--hypothesis-profile``.
+The suite loads one when it runs (``spec/conftest.py``), chosen by ``--hypothesis-profile``, else
+the environment variable ``HYPOTHESIS_PROFILE`` (short names accepted), else by ``CI``:
 
 * ``sigma-ref-ci`` (short ``ci``; the default when ``CI`` is set): derandomized, 25
   examples a test, so a CI run is reproducible and fast;
@@ -209,9 +210,13 @@ def _progress(config: pytest.Config) -> _Progress | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Make the profile names known (before hypothesis loads ``--hypothesis-profile``), apply
-    ``--sigma-ref-timeout``, open the progress file. Loads no profile and changes no setting."""
-    register_profiles()
+    """Make the suite's profile names known when ``--hypothesis-profile`` names one (before hypothesis
+    loads it), apply ``--sigma-ref-timeout``, open the progress file. Loads no profile, changes no
+    setting, and imports hypothesis only when one of the suite's profiles is asked for by name (as
+    hypothesis' own plugin does: a session that does not run the suite never imports it; the suite's
+    ``spec/conftest.py`` registers the profiles when it loads one)."""
+    if profile_name(str(config.getoption("hypothesis_profile", None) or "")) in PROFILES:
+        register_profiles()
     report = config.getoption("sigma_ref_report", None)
     if report:  # a bad --report path fails now, not after the run (sigma_ref._files)
         from sigma_ref._files import check_output

@@ -67,8 +67,8 @@ def group_size_table(ps: Any = TABLE_P, targets: Any = TABLE_TARGETS) -> list[Ta
     p_arr = np.asarray(ps, dtype=np.float64)
     for target in targets:
         eps = 1 - float(target)
-        exact = np.atleast_1d(exact_group_size(p_arr, eps))
-        mirror = np.atleast_1d(exact_group_size(1 - p_arr, eps))
+        exact = np.atleast_1d(exact_group_size(p_arr, epsilon=eps))
+        mirror = np.atleast_1d(exact_group_size(1 - p_arr, epsilon=eps))
         closed = 1 / (8 * eps * p_arr * (1 - p_arr))
         cells += [
             TableCell(float(p), float(target), int(e), int(m), float(c))
@@ -104,9 +104,9 @@ def _shares(p: np.ndarray, G: int) -> dict[str, float]:
 
     mask = np.minimum(p, 1 - p) <= EXTREME
     return {
-        "Dr. GRPO": mass_share(p, mask, "dr_grpo"),
-        "GRPO": mass_share(p, mask, "grpo"),
-        f"GRPO (G={G})": mass_share(p, mask, "grpo", G),
+        "Dr. GRPO": mass_share(p, mask, method="dr_grpo"),
+        "GRPO": mass_share(p, mask, method="grpo"),
+        f"GRPO (G={G})": mass_share(p, mask, method="grpo", G=G),
     }
 
 

@@ -41,7 +41,7 @@ def _counts(k: Any, G: Any) -> tuple[np.ndarray, np.ndarray, _arrays.Returner]:
     return k_b, G_b, back
 
 
-def group_sigma(k: Any, G: Any, ddof: int = 0) -> Any:
+def group_sigma(k: Any, G: Any, *, ddof: int = 0) -> Any:
     """Std of ``k`` ones and ``G - k`` zeros: ``sqrt(k (G - k) / (G (G - ddof)))``.
 
     ``ddof=0`` gives the population std ``sqrt(k (G - k)) / G = sqrt(mu (1 - mu))``, the
@@ -61,7 +61,7 @@ def group_sigma(k: Any, G: Any, ddof: int = 0) -> Any:
 
 
 def centered_norm(k: Any, G: Any) -> Any:
-    """Norm of the centred reward vector: ``||R - mu|| = sqrt(k (G - k) / G)``.
+    """Norm of the centered reward vector: ``||R - mu|| = sqrt(k (G - k) / G)``.
 
     This is the design card's ``sqrt(k(G-k)/G)``; it equals ``sqrt(G) * group_sigma(k, G)``,
     not the standard deviation.

@@ -43,11 +43,12 @@ sqrt(3)/4
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import TypeAlias
 
 import sympy as sp
 from sympy import Expr
 
+from ._vocabulary import PLACEMENTS, Aggregation, Method, Placement, Scale
 from .conventions import AGGREGATION_MODES
 
 __all__ = [
@@ -128,13 +129,6 @@ S_minus = sp.Symbol("S_-", real=True)
 #: reason about, e.g. ``expr.subs(LIVE)`` before ``sympy.simplify``.
 LIVE: dict[sp.Symbol, Expr] = {k: k_live, G: k_live + m}
 
-Method = Literal["grpo", "dr_grpo"]
-Placement = Literal["add", "floor"]
-Scale = Literal["group", "batch", "none"]
-Aggregation = Literal[
-    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"
-]
-
 
 # --------------------------------------------------------------------------------------
 # group statistics and advantages (docs/spec.md §1-§2)
@@ -214,7 +208,7 @@ def advantage_minus(k: Value = k, G: Value = G) -> Expr:
 
 
 def rloo_factor(G: Value = G) -> Expr:
-    """RLOO's advantage over mean-centring: ``A_rloo = G / (G - 1) * (R_i - mu)``.
+    """RLOO's advantage over mean-centering: ``A_rloo = G / (G - 1) * (R_i - mu)``.
 
     >>> rloo_factor(8)
     8/7
@@ -264,7 +258,7 @@ def divisor(
     """
     if ddof not in (0, 1):
         raise ValueError(f"ddof={ddof!r} must be 0 (population std) or 1 (Bessel)")
-    if eps_placement not in ("add", "floor"):
+    if eps_placement not in PLACEMENTS:
         raise ValueError(f"eps_placement={eps_placement!r} must be 'add' or 'floor'")
     if scale == "none":
         return sp.Integer(1)

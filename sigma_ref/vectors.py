@@ -108,7 +108,7 @@ def _reward_sets(rng: np.random.Generator) -> list[tuple[str, list[list[float]],
         (
             "offset",
             [list(1e4 + rng.uniform(0, 1, 4)) for _ in range(3)],
-            "rewards with a large offset (1e4 + U(0, 1)): centring must not cancel",
+            "rewards with a large offset (1e4 + U(0, 1)): centering must not cancel",
         ),
         (
             "magnitudes",
@@ -160,7 +160,7 @@ def _tolerances(
 ) -> Any:
     """Per-element absolute tolerances at float64 and float32 working precision (docs/spec.md §7).
 
-    A silent group's centred values are rounding residues, ``<= c (2 + log2 G) u max|R_g|`` (non-dyadic
+    A silent group's centered values are rounding residues, ``<= c (2 + log2 G) u max|R_g|`` (non-dyadic
     rewards: the float mean of ``[0.1] * 3`` is not 0.1), and so is its std; with ``eps > 0`` the
     residue over ``std + eps`` is at most that bound over ``eps``: a residue-level advantage, allowed.
     Without eps the code must see that the group is silent (an O(1) advantage is a wrong update).
@@ -543,9 +543,9 @@ def closed_form_cases() -> Iterator[Case]:
     """The closed forms of docs/spec.md §5 at hard points (tiny p, p near 1, G = 10^5)."""
     for name, fn, formula, points in _closed_form_points():
         for p, second in points:
-            value = fn(p, second)
             integer = name in ("exact_group_size", "min_group_size")
             arg = "epsilon" if integer else "G"
+            value = fn(p, **{arg: second})  # epsilon is keyword-only; G may be named
             yield {
                 "id": f"closed_forms/{name}/p={p!r},{arg}={second!r}",
                 "family": "closed_forms",

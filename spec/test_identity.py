@@ -209,8 +209,8 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
         loss_tol = (SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms).reshape(-1) + 1e-300
         if not np.any(got):
             cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
-        elif precision_cause(ctx) is not None:
-            cause = precision_cause(ctx)
+        elif (precision := precision_cause(ctx)) is not None:
+            cause = precision
         elif mismatch_message(got.reshape(-1), own.reshape(-1), 0.0, loss_tol) is None:
             cause = (
                 "the loss is a correct weighted policy gradient of the advantages it is given; the "
@@ -881,15 +881,15 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
                         f"the KL term is the {est} estimator {where}", rep(obj, kl=est, kl_placement="loss")
                     )
                 )
-    for mode in AGGREGATION_MODES:
-        if resolve_aggregation(obj.aggregation) != mode:
-            what = f"the loss aggregates with {mode}, not {resolve_aggregation(obj.aggregation)}"
-            if obj.kind in ("gspo", "gspo-token") and mode in ("token-mean", "token-sum"):
+    for agg in AGGREGATION_MODES:
+        if resolve_aggregation(obj.aggregation) != agg:
+            what = f"the loss aggregates with {agg}, not {resolve_aggregation(obj.aggregation)}"
+            if obj.kind in ("gspo", "gspo-token") and agg in ("token-mean", "token-sum"):
                 what = (
-                    f"the sequence ratio is broadcast over tokens and reduced with {mode}: each sequence is "
+                    f"the sequence ratio is broadcast over tokens and reduced with {agg}: each sequence is "
                     "weighted by its length"
                 )
-            alt.append(_Alternative(what, rep(obj, aggregation=mode, constant=None)))
+            alt.append(_Alternative(what, rep(obj, aggregation=agg, constant=None)))
     if obj.eps_high is not None and obj.eps_high != obj.eps_low and obj.kind != "cispo":
         alt.append(
             _Alternative(

@@ -287,9 +287,10 @@ _STD_PROBE = Batch.grouped([[0.1, 0.1, 0.1, 0.1 + d] for d in _SPREADS])
 
 def _per_group(ctx: Context, batch: Batch, G: int) -> list[bool] | None:
     try:
-        return ctx.adapter.keep(batch).numpy().astype(bool).reshape(-1, G)[:, 0].tolist()
+        kept: list[bool] = ctx.adapter.keep(batch).numpy().astype(bool).reshape(-1, G)[:, 0].tolist()
     except Exception:
         return None
+    return kept
 
 
 def _extra_rule_cause(ctx: Context, metric: str) -> str | None:

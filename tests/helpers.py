@@ -78,17 +78,17 @@ def ref_advantage(rewards: np.ndarray, ids: Sequence[Hashable], conv: Convention
             else:  # unit_std: mean 0, std 1
                 out[pos] = r / (1.0 if conv.scale == "none" else with_eps(1.0))
             continue
-        if np.all(r == r[0]):  # silent: centred rewards are exactly zero
+        if np.all(r == r[0]):  # silent: centered rewards are exactly zero
             out[pos] = 0.0
             continue
-        centred = r - np.mean(r)
+        centered = r - np.mean(r)
         if conv.scale == "none":
             d = 1.0
         elif conv.scale == "group":
             d = with_eps(float(np.std(r, ddof=conv.ddof)))
         else:
             d = with_eps(float(batch_std))
-        out[pos] = centred / d
+        out[pos] = centered / d
     return out
 
 

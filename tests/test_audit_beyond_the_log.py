@@ -65,7 +65,7 @@ def test_least_G_over_all_prompts_within_ten_percent(beta_case: tuple[np.ndarray
     edge = result.edge_share  # type: ignore[attr-defined]
     assert 0.1 < edge < 0.3
     for row in result.sizes:  # type: ignore[attr-defined]
-        truth = np.asarray(exact_group_size(np.quantile(m, [0.5, 0.1]), row.epsilon))
+        truth = np.asarray(exact_group_size(np.quantile(m, [0.5, 0.1]), epsilon=row.epsilon))
         for got, want in zip((row.median, row.p90), truth, strict=True):
             assert abs(got - want) <= 0.1 * want, (row.epsilon, got, want)
         assert row.plug_in_p90 < 0.9 * truth[1]  # the earlier table (0 < k < n only) reads low

@@ -23,8 +23,13 @@ def test_table_is_exact_group_size() -> None:
     assert len(cells) == len(TABLE_P) * len(TABLE_TARGETS) == 12
     for c in cells:
         eps = 1 - c.target
-        assert c.exact == exact_group_size(c.p, eps) == c.exact_mirror == exact_group_size(1 - c.p, eps)
-        assert np.ceil(c.closed_form) == min_group_size(c.p, eps)
+        assert (
+            c.exact
+            == exact_group_size(c.p, epsilon=eps)
+            == c.exact_mirror
+            == exact_group_size(1 - c.p, epsilon=eps)
+        )
+        assert np.ceil(c.closed_form) == min_group_size(c.p, epsilon=eps)
         assert c.exact > c.closed_form
 
 

@@ -30,12 +30,12 @@ def test_a_floored_mean_is_named() -> None:
     assert cause == "the group mean is a floor division (sum // G, integer division): use a float mean"
 
 
-def test_a_batch_std_of_the_centred_rewards_is_named() -> None:
+def test_a_batch_std_of_the_centered_rewards_is_named() -> None:
     """TRL's scale_rewards='batch' meant; the std taken of R - mean_g instead of R."""
-    actual = _contiguous(trainers_wrong.batch_std_of_centred, REWARDS, 4)
+    actual = _contiguous(trainers_wrong.batch_std_of_centered, REWARDS, 4)
     cause = likely_cause(actual, REWARDS, np.repeat(np.arange(3), 4), reference_for("trl_batch"))
     assert cause is not None, actual
-    assert cause.startswith("the batch std is taken of the group-centred rewards"), cause
+    assert cause.startswith("the batch std is taken of the group-centered rewards"), cause
 
 
 @pytest.mark.parametrize(

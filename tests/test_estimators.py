@@ -101,7 +101,7 @@ def test_gdpo_with_one_component_is_group_then_batch() -> None:
         gdpo_advantage(np.array([1.0, 0.0]))
 
 
-def test_maxrl_is_the_centred_reward_over_the_mean_exactly() -> None:
+def test_maxrl_is_the_centered_reward_over_the_mean_exactly() -> None:
     """Binary rewards, k of G correct: A+ = (G - k) / k, A- = -1, exactly (rationals)."""
     for G in range(2, 9):
         for k in range(G + 1):

@@ -52,8 +52,8 @@ def test_ties_are_decided_exactly(rounded: str) -> None:
             assert _true_deficit(p, G + 1) < target  # G + 1 reaches by far
             want = G if at_G <= target else G + 1
         outcomes["G" if want == G else "G + 1"] += 1
-        assert exact_group_size(p, eps) == want, (p, G, eps, float((at_G - target) / target))
-        assert exact_group_size(1 - p, eps) == want or 1 - (1 - p) != p
+        assert exact_group_size(p, epsilon=eps) == want, (p, G, eps, float((at_G - target) / target))
+        assert exact_group_size(1 - p, epsilon=eps) == want or 1 - (1 - p) != p
     assert outcomes["G"] >= 5 and outcomes["G + 1"] >= 5, outcomes
 
 
@@ -63,7 +63,7 @@ def test_ties_at_the_float_deficit(p: float, G: int) -> None:
     eps = float(_deficit(np.array([p]), np.array([float(G)]))[0])
     with mpmath.workdps(DPS):
         want = G if _true_deficit(p, G) <= mpmath.mpf(eps) else G + 1
-    assert exact_group_size(p, eps) == want
+    assert exact_group_size(p, epsilon=eps) == want
 
 
 def test_certified_decision_exact_points() -> None:
@@ -83,7 +83,7 @@ def test_closed_form_against_exact_at_the_hard_points() -> None:
     from sigma_ref import min_group_size
 
     p = np.round(np.arange(0.46, 0.545, 0.01), 2)
-    closed, exact = np.asarray(min_group_size(p, 0.05)), np.asarray(exact_group_size(p, 0.05))
+    closed, exact = np.asarray(min_group_size(p, epsilon=0.05)), np.asarray(exact_group_size(p, epsilon=0.05))
     assert ((closed == exact) == (p != 0.5)).all(), (closed, exact)
-    assert (min_group_size(0.5, 0.05), exact_group_size(0.5, 0.05)) == (10, 11)
-    assert (min_group_size(0.01, 0.9), exact_group_size(0.01, 0.9)) == (15, 3)
+    assert (min_group_size(0.5, epsilon=0.05), exact_group_size(0.5, epsilon=0.05)) == (10, 11)
+    assert (min_group_size(0.01, epsilon=0.9), exact_group_size(0.01, epsilon=0.9)) == (15, 3)

@@ -117,7 +117,7 @@ def test_kill_rate() -> None:
 
 
 def test_failure_is_shrunk() -> None:
-    """Hypothesis shrinks a failing input: centring on the batch mean needs just two groups of two."""
+    """Hypothesis shrinks a failing input: centering on the batch mean needs just two groups of two."""
     case = next(c for c in wrong.WRONG if c.name == "batch_mean_centering")
     ctx = wrong_context(case)
     with pytest.raises(PropertyFailure) as info:

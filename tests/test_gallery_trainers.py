@@ -13,7 +13,7 @@ case's ``precision``, or the input's when lower): float64 ``2**-53``, float32 ``
 (about 1e-6 relative to the group's scale ``max|R| / d``), bfloat16 ``2**-8``, float16
 ``2**-11``. ``c = 16``: the float32 cases measured up to 0.86 units on these batches (G <=
 16). float64 adds an absolute 1e-7 (the suite's float64 tolerance) for two facts of correct
-code: a non-dyadic silent group leaves centred values ~1e-17 that OpenRLHF's eps 1e-9 turns
+code: a non-dyadic silent group leaves centered values ~1e-17 that OpenRLHF's eps 1e-9 turns
 into ~1e-8, and verl's singleton constants are float32 (``1 + 1e-6`` is 4.6e-8 off). Half
 dtypes use ``c = 4`` (statistics at least as precise as the input, one rounding out).
 """
@@ -113,12 +113,12 @@ def _tolerance(
     scale = np.zeros_like(expected)
     for uid in np.unique(index):
         rows = index == uid
-        centred = rewards[rows] - rewards[rows].mean()
-        live = np.abs(centred) > 0
+        centered = rewards[rows] - rewards[rows].mean()
+        live = np.abs(centered) > 0
         # d_g = |R - b| / |A| on a live element; silent or singleton groups: d = 1 or eps
         if live.any() and np.abs(expected[rows][live]).max() > 0:
             i = np.argmax(np.abs(expected[rows]))
-            d = abs(centred[i]) / abs(expected[rows][i]) if abs(centred[i]) > 0 else 1.0
+            d = abs(centered[i]) / abs(expected[rows][i]) if abs(centered[i]) > 0 else 1.0
         else:
             d = 1e-6
         scale[rows] = np.abs(rewards[rows]).max() / d

@@ -78,7 +78,7 @@ def test_binary_two_valued_structure_under_paper(G: int, data: st.DataObject) ->
 
 
 @given(seed=seeds, n_rows=st.integers(1, 6), G=st.integers(2, 12), binary=st.booleans())
-def test_dr_grpo_is_mean_centring(seed: int, n_rows: int, G: int, binary: bool) -> None:
+def test_dr_grpo_is_mean_centering(seed: int, n_rows: int, G: int, binary: bool) -> None:
     """Dr. GRPO: ``A_i = R_i - mu``, whatever the convention's divisor fields say."""
     rewards = _grouped_case(seed, n_rows, G, binary)
     expected = rewards - rewards.mean(axis=-1, keepdims=True)
@@ -97,8 +97,8 @@ def test_rloo_is_leave_one_out(seed: int, n_rows: int, G: int, binary: bool) -> 
     actual = rloo_advantage(rewards)
     brute = ref_rloo(rewards.reshape(-1), ids).reshape(rewards.shape)
     assert_close(actual, brute, rtol=1e-12, atol=1e-13, what="leave-one-out")
-    centring = G / (G - 1) * (rewards - rewards.mean(axis=-1, keepdims=True))
-    assert_close(actual, centring, rtol=1e-12, atol=1e-13, what="G/(G-1) centring")
+    centering = G / (G - 1) * (rewards - rewards.mean(axis=-1, keepdims=True))
+    assert_close(actual, centering, rtol=1e-12, atol=1e-13, what="G/(G-1) centering")
 
 
 @given(seed=seeds, n_rows=st.integers(1, 8), G=st.integers(2, 16))

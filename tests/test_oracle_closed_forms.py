@@ -123,8 +123,8 @@ def test_dr_grpo_expected_sigma_squared_exact(p: float, G: int) -> None:
     """``E[sigma**2] = p (1-p) (1 - 1/G)`` against the exact rational sum over ``k``."""
     exact = exact_dr_grpo(p, G)
     assert exact == Fraction(p) * (1 - Fraction(p)) * (1 - Fraction(1, G))  # the algebra itself
-    assert_close(expected_gradient(p, G, "dr_grpo"), float(exact), rtol=1e-14)
-    assert_close(mass_weight(p, "dr_grpo", G), float(exact), rtol=1e-14, what="mass_weight with G")
+    assert_close(expected_gradient(p, G, method="dr_grpo"), float(exact), rtol=1e-14)
+    assert_close(mass_weight(p, method="dr_grpo", G=G), float(exact), rtol=1e-14, what="mass_weight with G")
 
 
 # ---------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def test_min_group_size_formula(p: float, eps: float) -> None:
     """``min_group_size = ceil(1 / (8 eps p (1-p)))`` (exact rational ceiling of the float inputs,
     off by one only where the real value is within a rounding of an integer)."""
     value = 1 / (8 * Fraction(eps) * Fraction(p) * (1 - Fraction(p)))
-    got = min_group_size(p, eps)
+    got = min_group_size(p, epsilon=eps)
     assert isinstance(got, int)
     if abs(value - round(value)) > Fraction(1, 10**9) * value:
         assert got == math.ceil(value), (got, float(value))
@@ -231,13 +231,13 @@ P_SIZES = np.r_[0.001, 0.01, 0.03, 0.08, 0.15, 0.3, 0.5, 0.7, 0.93, 0.999]
 @pytest.mark.parametrize("eps", EPS_GRID)
 def test_exact_group_size_is_least_G(eps: float) -> None:
     """``G = exact_group_size(p, eps)`` has ``phi(G) >= 1 - eps`` and (``G > 2``) ``phi(G-1) < 1 - eps``."""
-    G = exact_group_size(P_SIZES, eps)
+    G = exact_group_size(P_SIZES, epsilon=eps)
     assert G.dtype == np.int64 and G.shape == P_SIZES.shape
     assert np.all(fidelity(P_SIZES, G) >= 1 - eps)
     above_two = G > 2
     before = fidelity(P_SIZES[above_two], G[above_two] - 1)
     assert np.all(before < 1 - eps), (P_SIZES[above_two][before >= 1 - eps], eps)
-    singles = [exact_group_size(float(p), eps) for p in P_SIZES]
+    singles = [exact_group_size(float(p), epsilon=eps) for p in P_SIZES]
     assert singles == G.tolist()
 
 
@@ -266,7 +266,7 @@ def test_weights_and_objective_formulas(p: float) -> None:
         weight, root, objective = 1 / mpmath.sqrt(var), mpmath.sqrt(var), 2 * mpmath.asin(mpmath.sqrt(mp_p))
     assert_close(difficulty_weight(p), float(weight), rtol=1e-14)
     assert_close(mass_weight(p), float(root), rtol=1e-14)
-    assert_close(mass_weight(p, "dr_grpo"), float(var), rtol=1e-14)
+    assert_close(mass_weight(p, method="dr_grpo"), float(var), rtol=1e-14)
     assert_close(arcsine_objective(p), float(objective), rtol=1e-14)
     assert_close(difficulty_weight(p) * mass_weight(p), 1.0, rtol=1e-14, what="w * sqrt(pq) = 1")
 
@@ -287,7 +287,7 @@ def test_arcsine_derivative_is_difficulty_weight(p: float) -> None:
 def test_edges_of_the_weights() -> None:
     """At ``p`` in {0, 1}: weight infinite, masses 0, objective 0 and pi."""
     assert difficulty_weight(0.0) == math.inf and difficulty_weight(1.0) == math.inf
-    assert mass_weight(0.0) == 0.0 and mass_weight(1.0, "dr_grpo") == 0.0
+    assert mass_weight(0.0) == 0.0 and mass_weight(1.0, method="dr_grpo") == 0.0
     assert arcsine_objective(0.0) == 0.0 and arcsine_objective(1.0) == pytest.approx(math.pi, rel=1e-15)
 
 
@@ -310,6 +310,8 @@ def test_mass_share_formula(ps: list[float], data: st.DataObject, method: str, G
         weights = np.array([float(exact_expected_sigma_small(float(pi), G, dps=30)) for pi in p])
     if weights.sum() == 0:
         with pytest.raises(ValueError, match="zero update mass"):
-            mass_share(p, mask, method, G)
+            mass_share(p, mask, method=method, G=G)
         return
-    assert_close(mass_share(p, mask, method, G), weights[mask].sum() / weights.sum(), rtol=1e-12, atol=1e-15)
+    assert_close(
+        mass_share(p, mask, method=method, G=G), weights[mask].sum() / weights.sum(), rtol=1e-12, atol=1e-15
+    )

@@ -138,10 +138,10 @@ def _least_G_holds(p: float, eps: float, G: int) -> str:
 def test_exact_group_size_mpmath(p: float, eps: float) -> None:
     """``G* = exact_group_size(p, eps)``: ``phi(G*) >= 1 - eps > phi(G* - 1)`` at 50 digits, and the
     same ``G*`` for ``1 - p`` where that float is exactly ``1 - p`` (``p >= 1/2``)."""
-    G = exact_group_size(p, eps)
+    G = exact_group_size(p, epsilon=eps)
     assert _least_G_holds(p, eps, G) == "yes", (p, eps, G)
     if p >= 0.5:
-        assert exact_group_size(1 - p, eps) == G
+        assert exact_group_size(1 - p, epsilon=eps) == G
 
 
 def _regression_cases(n: int = 200, seed: int = 12) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -152,7 +152,7 @@ def _regression_cases(n: int = 200, seed: int = 12) -> tuple[np.ndarray, np.ndar
     eps = 10.0 ** rng.uniform(-3, math.log10(0.45), 20 * n)
     law = 1 / (8 * eps * p * (1 - p))
     pick = np.flatnonzero((law > 1e8) & (law < 2**39))[:n]
-    sizes = np.array([exact_group_size(float(p[i]), float(eps[i])) for i in pick])
+    sizes = np.array([exact_group_size(float(p[i]), epsilon=float(eps[i])) for i in pick])
     return p[pick], eps[pick], sizes
 
 
@@ -165,7 +165,7 @@ def test_exact_group_size_regression_near_one() -> None:
     verdicts = {"yes": 0, "no": 0, "undecidable": 0}
     wrong = []
     for pi, ei, G in zip(p, eps, sizes, strict=True):
-        assert exact_group_size(float(1 - pi), float(ei)) == G, (pi, ei)
+        assert exact_group_size(float(1 - pi), epsilon=float(ei)) == G, (pi, ei)
         verdict = _least_G_holds(float(pi), float(ei), int(G))
         verdicts[verdict] += 1
         if verdict == "no":
@@ -206,7 +206,7 @@ def _least_G_by_deficit(p: float, eps: float, G: int) -> None:
 def test_exact_group_size_small_epsilon_mpmath(p: float, eps: float) -> None:
     """At ``G ~ 10**7`` neighbouring fidelities differ by ~``1e-14``, a few ulps of float64 ``phi``:
     the answer is still the least ``G`` by 50-digit sums (about 30,000 terms each)."""
-    _least_G_by_deficit(p, eps, exact_group_size(p, eps))
+    _least_G_by_deficit(p, eps, exact_group_size(p, epsilon=eps))
 
 
 def test_exact_group_size_epsilon_1e_12() -> None:
@@ -219,8 +219,8 @@ def test_exact_group_size_epsilon_1e_12() -> None:
         two_terms = Fraction(1, 2 * g) + Fraction(3, 8 * g * g)
         assert (two_terms > Fraction(1e-12)) == short
         assert abs(two_terms - Fraction(1e-12)) > Fraction(10**10, g**3)
-    assert exact_group_size(0.5, 1e-12) == least
-    assert exact_group_size([0.5, 0.5], 1e-12).tolist() == [least, least]
+    assert exact_group_size(0.5, epsilon=1e-12) == least
+    assert exact_group_size([0.5, 0.5], epsilon=1e-12).tolist() == [least, least]
 
 
 @pytest.mark.parametrize("G", range(2, _DENSE_MAX + 2))
@@ -241,7 +241,7 @@ def test_exact_group_size_at_a_tie(p: float, G: int) -> None:
     rounding of ``epsilon``, so the search asks ``_deficit``, and ``G`` is the answer (``phi(G)``
     reaches ``1 - epsilon`` exactly; ``G - 1`` falls short by the 50-digit sums)."""
     eps = float(_deficit(np.array([p]), np.array([float(G)]))[0])
-    assert exact_group_size(p, eps) == G
+    assert exact_group_size(p, epsilon=eps) == G
     with mpmath.workdps(DPS):
         assert 1 - mp_fidelity(p, G - 1) > mpmath.mpf(eps) * (1 + RTOL)
         assert abs(1 - mp_fidelity(p, G) - mpmath.mpf(eps)) <= RTOL * eps

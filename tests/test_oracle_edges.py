@@ -1,7 +1,7 @@
 """The oracle at the edges of float64 (issue 8, item 8), checked against 60-digit arithmetic.
 
 Every case is a finite input on which the former oracle was silently wrong (zeros, NaN,
-``inf``, a non-zero-sum centring) or refused with a raw error. The reference is mpmath
+``inf``, a non-zero-sum centering) or refused with a raw error. The reference is mpmath
 at 60 digits on the exact float64 inputs; the oracle must agree to a few units in the
 last place relative to the group's largest advantage, or raise a named ValueError.
 """
@@ -102,8 +102,8 @@ def test_rloo_and_dr_grpo_at_the_edges(row: list[float]) -> None:
                 fn(np.array([row]))
 
 
-def test_centred_values_sum_to_zero() -> None:
-    """``[1e16, 1e16 + 2, 1e16, 1e16]``: the centring is exact (``[-0.5, 1.5, -0.5, -0.5]``),
+def test_centered_values_sum_to_zero() -> None:
+    """``[1e16, 1e16 + 2, 1e16, 1e16]``: the centering is exact (``[-0.5, 1.5, -0.5, -0.5]``),
     not ``[0, 2, 0, 0]``."""
     row = np.array([[1e16, 1e16 + 2, 1e16, 1e16]])
     assert dr_grpo_advantage(row).tolist() == [[-0.5, 1.5, -0.5, -0.5]]
@@ -265,17 +265,17 @@ def test_units_pick_the_kernel_way(values: list[float], dtype, expected, library
 
 def test_kernel_way_boundaries() -> None:
     """Exact while ``2 G U <= 2**53``; float32 numbers beyond that while ``G <= 2**26``."""
-    from sigma_ref.advantages import _centring
+    from sigma_ref.advantages import _centering
 
-    assert _centring(None, 8) == "general"
-    assert _centring(0.0, 2**40) == "exact"
-    assert _centring(2.0**49, 8) == "exact"
-    assert _centring(np.nextafter(2.0**49, np.inf), 8) == "float32"
-    assert _centring(2.0**49, 2**26) == "float32"
-    assert _centring(2.0**49, 2**26 + 1) == "general"
+    assert _centering(None, 8) == "general"
+    assert _centering(0.0, 2**40) == "exact"
+    assert _centering(2.0**49, 8) == "exact"
+    assert _centering(np.nextafter(2.0**49, np.inf), 8) == "float32"
+    assert _centering(2.0**49, 2**26) == "float32"
+    assert _centering(2.0**49, 2**26 + 1) == "general"
 
 
-def _exact_centred(group: np.ndarray) -> tuple[list[Fraction], Fraction]:
+def _exact_centered(group: np.ndarray) -> tuple[list[Fraction], Fraction]:
     exact = [Fraction(float(v)) for v in group]
     mu = sum(exact) / len(exact)
     return [v - mu for v in exact], mu
@@ -290,18 +290,18 @@ def _exact_centred(group: np.ndarray) -> tuple[list[Fraction], Fraction]:
     ),
     interleave=st.randoms(use_true_random=False),
 )
-def test_float32_rewards_centre_correctly_rounded_or_within_the_bound(data, interleave) -> None:
+def test_float32_rewards_center_correctly_rounded_or_within_the_bound(data, interleave) -> None:
     """Any float32 rewards, ragged and interleaved: in the exact way every ``R_i - mu`` and
     ``mu`` is correctly rounded; in the others within ``(G + 4) u max|R_i - mu|``; silent
     groups are silent and nothing else is."""
-    from sigma_ref.advantages import _centring, _units
+    from sigma_ref.advantages import _centering, _units
 
     flat = np.array([v for g in data for v in g], dtype=np.float64)
     index = np.array([i for i, g in enumerate(data) for _ in g])
     perm = list(range(flat.size))
     interleave.shuffle(perm)
     flat, index = flat[perm], index[perm]
-    way = _centring(_units(flat, False), max(len(g) for g in data))
+    way = _centering(_units(flat, False), max(len(g) for g in data))
     try:
         got = dr_grpo_advantage(flat, index=index)
         stats = group_statistics(flat, index=index)
@@ -309,13 +309,13 @@ def test_float32_rewards_centre_correctly_rounded_or_within_the_bound(data, inte
         pytest.fail(f"{way} way raised {exc}")
     for g in range(len(data)):
         members = flat[index == g]
-        centred, mu = _exact_centred(members)
+        centered, mu = _exact_centered(members)
         out = got[index == g]
         assert bool(stats.silent[g]) == bool(np.all(members == members[0]))
         if way == "exact":
-            assert out.tolist() == [float(c) for c in centred]
+            assert out.tolist() == [float(c) for c in centered]
             assert float(stats.mean[g]) == float(mu)
         else:
-            scale = max(abs(c) for c in centred)
-            err = max(abs(Fraction(float(o)) - c) for o, c in zip(out, centred, strict=True))
+            scale = max(abs(c) for c in centered)
+            err = max(abs(Fraction(float(o)) - c) for o, c in zip(out, centered, strict=True))
             assert err <= (len(members) + 4) * Fraction(1, 2**53) * scale

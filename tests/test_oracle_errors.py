@@ -337,7 +337,7 @@ def _closed_form_cases() -> list:
     calls = {
         "silent_group_rate": lambda p: silent_group_rate(p, 8),
         "expected_gradient": lambda p: expected_gradient(p, 8),
-        "expected_gradient-dr_grpo": lambda p: expected_gradient(p, 8, "dr_grpo"),
+        "expected_gradient-dr_grpo": lambda p: expected_gradient(p, 8, method="dr_grpo"),
         "fidelity": lambda p: fidelity(p, 8),
         "attenuation": lambda p: attenuation(p, 8),
         "min_group_size": min_group_size,
@@ -402,8 +402,8 @@ def _closed_form_cases() -> list:
 def _epsilon_cases() -> list:
     out = []
     calls = {
-        "min_group_size": lambda e: min_group_size(0.3, e),
-        "exact_group_size": lambda e: exact_group_size(0.3, e),
+        "min_group_size": lambda e: min_group_size(0.3, epsilon=e),
+        "exact_group_size": lambda e: exact_group_size(0.3, epsilon=e),
         "corpus_audit": lambda e: corpus_audit([0.3], epsilon=e),
     }
     for name, fn in calls.items():
@@ -461,8 +461,14 @@ convention_cases = [
         id="unknown-preset-decompose",
     ),
     case(lambda: get_convention(3), TypeError, "convention=3", id="preset-not-a-string"),
-    case(lambda: expected_gradient(0.5, 8, "rloo"), ValueError, "method='rloo'", "'grpo'", id="bad-method"),
-    case(lambda: mass_weight(0.5, "GRPO"), ValueError, "method='GRPO'", id="bad-method-mass"),
+    case(
+        lambda: expected_gradient(0.5, 8, method="rloo"),
+        ValueError,
+        "method='rloo'",
+        "'grpo'",
+        id="bad-method",
+    ),
+    case(lambda: mass_weight(0.5, method="GRPO"), ValueError, "method='GRPO'", id="bad-method-mass"),
 ]
 dim_cases = [
     case(

@@ -70,7 +70,7 @@ def _draw_group(rng: np.random.Generator) -> np.ndarray:
 
 
 def _exact_group(values: list[float], ddof: int) -> tuple[list[Fraction], Fraction, Any]:
-    """Centred values, mean and ``sqrt(sum c**2 / (G - ddof))`` (an mpf at 300 bits) of one group."""
+    """Centered values, mean and ``sqrt(sum c**2 / (G - ddof))`` (an mpf at 300 bits) of one group."""
     r = [Fraction(v) for v in values]
     G = len(r)
     mu = sum(r, Fraction(0)) / G

@@ -171,8 +171,8 @@ def test_torch_kernel_equals_numpy_kernel(monkeypatch: pytest.MonkeyPatch, layou
 
 
 def _float32_rows(way: str, G: int, rng: np.random.Generator) -> np.ndarray:
-    """Rows of float32 numbers (held in float64) that the kernel centres ``way``."""
-    from sigma_ref.advantages import _centring, _units
+    """Rows of float32 numbers (held in float64) that the kernel centers ``way``."""
+    from sigma_ref.advantages import _centering, _units
 
     rows = np.concatenate(
         [
@@ -184,7 +184,7 @@ def _float32_rows(way: str, G: int, rng: np.random.Generator) -> np.ndarray:
     )
     if way == "float32":  # one row of a wide dynamic range moves the batch to the float32 way
         rows = np.concatenate([rows, np.array([[2.0**-149, 2.0**100] + [1.0] * (G - 2)])])
-    assert _centring(_units(rows, False), G) == way
+    assert _centering(_units(rows, False), G) == way
     return rows
 
 

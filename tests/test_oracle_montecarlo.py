@@ -36,7 +36,7 @@ def test_sigma_moments_and_silent_rate(p: float, G: int) -> None:
     k = rng.binomial(G, p, size=N_DRAWS).astype(np.float64)
     sigma = np.sqrt(k * (G - k)) / G
     _within_5_se(sigma, expected_gradient(p, G), f"E[sigma], p={p}, G={G}")
-    _within_5_se(sigma**2, expected_gradient(p, G, "dr_grpo"), f"E[sigma^2], p={p}, G={G}")
+    _within_5_se(sigma**2, expected_gradient(p, G, method="dr_grpo"), f"E[sigma^2], p={p}, G={G}")
     silent = ((k == 0) | (k == G)).astype(np.float64)
     _within_5_se(silent, silent_group_rate(p, G), f"silent rate, p={p}, G={G}")
 

@@ -294,8 +294,8 @@ def test_openrlhf_reinforce_baseline_whitens_the_batch() -> None:
     orl = _module("openrlhf")
     fn = orl._advantages("reinforce_baseline")
     a = fn(torch.tensor(PROBE.reshape(-1)), 4)
-    centred = PROBE - PROBE.mean(1, keepdims=True)
-    assert np.allclose(a.numpy(), (centred / centred.std()).reshape(-1), atol=1e-6)
+    centered = PROBE - PROBE.mean(1, keepdims=True)
+    assert np.allclose(a.numpy(), (centered / centered.std()).reshape(-1), atol=1e-6)
     assert float(a[0]) == pytest.approx(2.29415751, abs=1e-5)
 
 

@@ -1,6 +1,6 @@
 """Installing sigma-ref changes nothing in other projects' pytest runs (its pytest11 plugin loads
-in every session): no hypothesis profile loaded, no setting touched, mpmath's precision left at
-15 digits, and every option it adds carries the ``--sigma-ref-`` prefix."""
+in every session): hypothesis not imported, no hypothesis profile loaded, no setting touched,
+mpmath's precision left at 15 digits, and every option it adds carries the ``--sigma-ref-`` prefix."""
 
 from __future__ import annotations
 
@@ -66,3 +66,26 @@ def test_help_shows_only_prefixed_options(tmp_path: Path) -> None:
     assert options and all(o.startswith("--sigma-ref-") for o in options), options
     for bare in ("--impl", "--layout", "--loss", "--convention", "--report"):
         assert not re.search(rf"^\s+{bare}\b", text, flags=re.MULTILINE), bare
+
+
+_MODULES_TEST = """
+import sys
+
+
+def test_modules():
+    names = ("hypothesis", "torch", "sigma_ref.pytest_plugin")
+    print("MODULES", {name: name in sys.modules for name in names})
+"""
+
+
+def test_a_throwaway_project_does_not_import_hypothesis(tmp_path: Path) -> None:
+    """The plugin loads (its module is in ``sys.modules``) but imports neither hypothesis nor torch in
+    a session that does not run the suite, as hypothesis' own plugin avoids importing hypothesis; a
+    session that names one of the suite's profiles gets it registered (and so hypothesis imported)."""
+    (tmp_path / "test_other.py").write_text(_MODULES_TEST)
+    done = _run(tmp_path, "-s", "-q")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "MODULES {'hypothesis': False, 'torch': False, 'sigma_ref.pytest_plugin': True}" in done.stdout
+    named = _run(tmp_path, "-s", "-q", "--hypothesis-profile", "sigma-ref-ci")
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert "'hypothesis': True" in named.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,8 +53,8 @@ def test_every_level_has_properties() -> None:
 
 
 def test_registering_twice_is_harmless_but_two_definitions_are_not() -> None:
-    """Importing a spec module under a second name (``spec.test_x`` in a clone) replaces its
-    properties in place, keeping the order; another function under a taken name is refused."""
+    """Executing a spec module a second time (a reload) replaces its properties in place, keeping the
+    order; another function under a taken name is refused."""
     from sigma_ref.conformance.core import Property, register
 
     order = list(load_properties())
@@ -168,3 +169,50 @@ def test_conclude_runs_only_after_every_input_passed() -> None:
     with pytest.raises(PropertyFailure):
         run_property(failing, ctx)
     assert seen == ["bad"]
+
+
+_DUPLICATES_PLUGIN = """
+import sys
+from pathlib import Path
+
+
+def pytest_collection_finish(session):
+    by_file = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and "spec" in Path(path).parts:
+            by_file.setdefault(str(Path(path).resolve()), set()).add(id(module))
+    seen = sorted(str(Path(p).relative_to(Path.cwd())) for p in by_file)
+    print("SPEC_MODULES", seen)
+    print("TWICE", sorted(p for p, ids in by_file.items() if len(ids) > 1))
+"""
+
+
+def test_a_clone_imports_each_spec_module_once(tmp_path: Path) -> None:
+    """``pytest spec`` in a clone imports ``spec/test_x.py`` as ``spec.test_x`` and the registry imports
+    ``sigma_ref.spec.test_x``: both names are one module object (one file, executed once), so its
+    classes and properties exist once."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "spec_duplicates.py").write_text(_DUPLICATES_PLUGIN)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    files = ("spec/test_contract.py", "spec/test_silent.py", "spec/adapters/post.py")
+    plugins = ("-p", "spec_duplicates", "-p", "no:cacheprovider")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *plugins, "-n", "0", "--co", "-q", "-s", *files],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "'spec/test_contract.py'" in done.stdout and "'spec/conftest.py'" in done.stdout, done.stdout
+    assert "TWICE []" in done.stdout, done.stdout
+    from sigma_ref.spec import test_contract
+
+    if Path(test_contract.__file__ or "").resolve().parent == root / "spec":  # an editable install
+        assert sys.modules.get("spec.test_contract", test_contract) is test_contract

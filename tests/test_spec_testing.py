@@ -80,12 +80,12 @@ def test_detects_floor_placement_and_custom_eps() -> None:
 
 
 def test_detects_unrecognised_structure() -> None:
-    """Centring on the batch mean is reported in words."""
+    """Centering on the batch mean is reported in words."""
 
-    def batch_centred(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    def batch_centered(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         return rewards - rewards.mean()
 
-    det = detect_convention(Adapter(batch_centred, "contiguous"))
+    det = detect_convention(Adapter(batch_centered, "contiguous"))
     assert det.family == "unknown" and det.preset is None
     assert "do not sum to zero within groups" in " ".join(det.notes)
 

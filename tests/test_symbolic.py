@@ -43,7 +43,7 @@ def _exact(expr: sp.Expr) -> float:
 
 @pytest.mark.parametrize("G", GROUP_SIZES)
 def test_stds_match_group_sigma_and_centered_norm(G: int) -> None:
-    """sigma, sigma_b and the centred norm, lambdified, equal the oracle for every k of G."""
+    """sigma, sigma_b and the centered norm, lambdified, equal the oracle for every k of G."""
     ks, Gs = _kG(G)
     for expr, numeric in (
         (S.sigma(), sigma_ref.group_sigma(ks, Gs)),
@@ -69,10 +69,10 @@ def test_squared_sigma_is_exactly_rational(G: int) -> None:
 
 @pytest.mark.parametrize("G", GROUP_SIZES)
 def test_advantage_values_match_grpo_rloo_dr_grpo(G: int) -> None:
-    """A+ / A-, Dr. GRPO's centred rewards and RLOO's G/(G-1) multiple on every live group of G."""
+    """A+ / A-, Dr. GRPO's centered rewards and RLOO's G/(G-1) multiple on every live group of G."""
     a_plus = sp.lambdify((S.k, S.G), S.advantage_plus(), "numpy")
     a_minus = sp.lambdify((S.k, S.G), S.advantage_minus(), "numpy")
-    centred = sp.lambdify((S.k, S.G), S.centered_rewards(), "numpy")
+    centered = sp.lambdify((S.k, S.G), S.centered_rewards(), "numpy")
     factor = sp.lambdify(S.G, S.rloo_factor(), "numpy")
     ks = np.arange(1, G)
     rewards = (np.arange(G)[None, :] < ks[:, None]).astype(np.float64)  # row i: k = i + 1 ones first
@@ -82,7 +82,7 @@ def test_advantage_values_match_grpo_rloo_dr_grpo(G: int) -> None:
     correct = rewards.astype(bool)
     kf = np.broadcast_to(ks[:, None], rewards.shape).astype(float)
     want_grpo = np.where(correct, a_plus(kf, float(G)), a_minus(kf, float(G)))
-    plus, minus = centred(kf, float(G))
+    plus, minus = centered(kf, float(G))
     want_dr = np.where(correct, plus, minus)
     np.testing.assert_allclose(grpo, want_grpo, rtol=RTOL_GROUP, atol=0)
     np.testing.assert_allclose(dr, want_dr, rtol=RTOL_GROUP, atol=1e-16)
@@ -181,7 +181,7 @@ def test_expected_sigma_squared_is_dr_grpo_expectation(G: int) -> None:
     """E[sigma^2] = p(1-p)(1 - 1/G), exact rationals vs ``expected_gradient(.., "dr_grpo")``."""
     exact = [S.expected_sigma_squared(G, x) for x in P_GRID]
     assert all(v.is_Rational for v in exact)
-    got = sigma_ref.expected_gradient(P_FLOAT, G, "dr_grpo")
+    got = sigma_ref.expected_gradient(P_FLOAT, G, method="dr_grpo")
     np.testing.assert_allclose(got, [float(v) for v in exact], rtol=RTOL_GROUP, atol=0)
     if G <= 8:  # and the defining sum, exactly
         for x, v in zip(P_GRID, exact, strict=True):
@@ -198,7 +198,7 @@ def test_closed_forms_in_p() -> None:
     for expr, numeric in (
         (S.difficulty_weight(), sigma_ref.difficulty_weight(P_FLOAT)),
         (S.mass_weight(), sigma_ref.mass_weight(P_FLOAT)),
-        (S.mass_weight(S.p, "dr_grpo"), sigma_ref.mass_weight(P_FLOAT, "dr_grpo")),
+        (S.mass_weight(S.p, "dr_grpo"), sigma_ref.mass_weight(P_FLOAT, method="dr_grpo")),
         (S.arcsine_objective(), sigma_ref.arcsine_objective(P_FLOAT)),
     ):
         f = sp.lambdify(S.p, expr, "numpy")
@@ -218,7 +218,7 @@ def test_group_size_law_ceiling_is_min_group_size(epsilon: Fraction) -> None:
     e = sp.Rational(epsilon.numerator, epsilon.denominator)
     grid = [sp.Rational(i, 100) for i in range(1, 100)]
     exact = [int(sp.ceiling(S.group_size_law(x, e))) for x in grid]
-    got = sigma_ref.min_group_size(np.array([float(x) for x in grid]), float(epsilon))
+    got = sigma_ref.min_group_size(np.array([float(x) for x in grid]), epsilon=float(epsilon))
     assert got.tolist() == exact
     penalty = [S.group_size_law(x, e) / S.group_size_law(sp.Rational(1, 2), e) for x in grid]
     assert penalty == [S.difficulty_penalty(x) for x in grid]

@@ -65,8 +65,8 @@ def test_areal_leave_one_out_std() -> None:
 
 
 def test_areal_group_mean_batch_std() -> None:
-    centred = PROBE - PROBE.mean(1, keepdims=True)
-    _close(_adv("areal", "reward_norm[group, batch std]"), centred / (_bessel(centred) + 1e-5))
+    centered = PROBE - PROBE.mean(1, keepdims=True)
+    _close(_adv("areal", "reward_norm[group, batch std]"), centered / (_bessel(centered) + 1e-5))
 
 
 def test_areal_batch_norm_ignores_groups() -> None:
@@ -108,9 +108,9 @@ def test_swift_rloo_over_the_group_std() -> None:
     _close(_adv("swift", "rloo[batch]"), rloo / (_bessel(PROBE) + 1e-4))
 
 
-def test_swift_reinforce_plus_plus_batch_scales_the_centred_rewards() -> None:
-    centred = PROBE - PROBE.mean(1, keepdims=True)
-    _close(_adv("swift", "reinforce_plus_plus[batch]"), centred / (_bessel(centred) + 1e-4))
+def test_swift_reinforce_plus_plus_batch_scales_the_centered_rewards() -> None:
+    centered = PROBE - PROBE.mean(1, keepdims=True)
+    _close(_adv("swift", "reinforce_plus_plus[batch]"), centered / (_bessel(centered) + 1e-4))
 
 
 def test_swift_gdpo_normalises_twice() -> None:

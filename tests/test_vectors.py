@@ -124,7 +124,10 @@ def _oracle(case: dict[str, Any]) -> Any:
     import sigma_ref.difficulty as d
 
     fn = getattr(d, call["function"])
-    return (lambda p, G: fn(p)) if call["function"] == "difficulty_weight" else fn
+    second = call["args"][1]  # G (positional or named) or epsilon (keyword-only)
+    return (
+        (lambda p, G: fn(p)) if call["function"] == "difficulty_weight" else lambda p, b: fn(p, **{second: b})
+    )
 
 
 def test_the_oracle_passes_every_case_at_float64() -> None:

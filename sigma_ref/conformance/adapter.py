@@ -41,12 +41,13 @@ import dataclasses
 import importlib
 import importlib.util
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from .._options import KEEP_METRICS, LAYOUTS, RETURNS
+from .._vocabulary import DTYPES
 from ..conventions import Convention
 
 __all__ = [
@@ -61,7 +62,6 @@ __all__ = [
     "oracle_adapter",
 ]
 
-Layout = Literal["contiguous", "index", "grouped", "token", "keep-mask", "sizes"]
 #: Layouts that take ragged batches (groups of different sizes; interleaved ones too, gathered into
 #: runs for ``sizes``).
 _BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask", "sizes")
@@ -69,7 +69,7 @@ _BY_INDEX: tuple[str, ...] = ("index", "token", "keep-mask", "sizes")
 #: suite gives rows 0, 1, 2, ... (cycled): length 1 and the full length T come first.
 TOKEN_T = 6
 _TOKEN_LENGTHS = (1, TOKEN_T, 3, 2, 5, 4)
-ALL_DTYPES: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
+ALL_DTYPES: tuple[str, ...] = DTYPES
 #: The keyword inputs a loss may take beyond ``(logp, old_logp, advantages, mask)``: the reference
 #: policy's and the rollout engine's log-probs, per token like ``logp``.
 LOSS_EXTRAS: tuple[str, ...] = ("ref_logp", "rollout_logp")
@@ -350,10 +350,6 @@ class Adapter:
         object.__setattr__(self, "devices", tuple(self.devices))
 
     # -- calling -------------------------------------------------------------------
-    def accepts(self, batch: Batch) -> bool:
-        """Whether this layout can take ``batch`` (contiguous equal groups, or ragged)."""
-        return self.layout in _BY_INDEX or batch.group_size is not None
-
     def layout_args(
         self, batch: Batch, rewards: torch.Tensor, lengths: torch.Tensor | None = None
     ) -> tuple[Any, ...]:
@@ -627,7 +623,7 @@ def check_call(adapter: Adapter) -> None:
     layout was assumed, what was passed and what came back; other errors are left to the
     properties.
 
-    >>> check_call(oracle_adapter())
+    >>> check_call(oracle_adapter("paper"))
     >>> def by_dict(batch):
     ...     return {"advantages": batch["rewards"] - batch["rewards"].mean()}
     >>> check_call(Adapter(by_dict, "index"))  # doctest: +ELLIPSIS
@@ -687,7 +683,7 @@ _LAYOUT_SIGNATURES = {
 }
 
 
-def load_object(target: str, what: str = "--impl") -> Any:
+def load_object(target: str, *, what: str = "--impl") -> Any:
     """Import ``pkg.module:attr`` (``attr`` may be dotted) and return the object.
 
     A malformed target or a missing module or attribute is a usage error (``ValueError``
@@ -762,7 +758,7 @@ def load_adapter(
     else:
         raise TypeError(f"--impl {target!r} is a {type(obj).__name__}; name a function or an Adapter")
     if loss is not None:
-        adapter = adapter.replace(loss=load_object(loss, "--loss") if isinstance(loss, str) else loss)
+        adapter = adapter.replace(loss=load_object(loss, what="--loss") if isinstance(loss, str) else loss)
     if convention is not None:
         adapter = adapter.replace(convention=convention)
     if output is not None:
@@ -771,7 +767,7 @@ def load_adapter(
     return adapter
 
 
-def oracle_adapter(convention: Convention | str = "paper", layout: str = "index") -> Adapter:
+def oracle_adapter(convention: Convention | str, *, layout: str = "index") -> Adapter:
     """The oracle itself as an implementation under test (the suite's default).
 
     ``convention`` is a preset name, a :class:`~sigma_ref.Convention`, or ``"rloo"``.

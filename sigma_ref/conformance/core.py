@@ -283,8 +283,9 @@ CALL_SHAPE_PROPERTIES: tuple[str, ...] = (
 
 
 def register(prop: Property) -> Property:
-    """Add ``prop`` to :data:`PROPERTIES` (again, in place, when a module is imported a second time
-    under another name: ``spec.test_x`` in a clone and ``sigma_ref.spec.test_x``)."""
+    """Add ``prop`` to :data:`PROPERTIES` (again, in place, when its module is executed a second time,
+    e.g. ``importlib.reload``; a clone's ``spec.test_x`` is the module ``sigma_ref.spec.test_x``, see
+    ``spec/__init__.py``)."""
     old = PROPERTIES.get(prop.name)
     if old is not None and (old.level, _source(old.check)) != (prop.level, _source(prop.check)):
         raise ValueError(

@@ -3,7 +3,7 @@
 Each probe is a small batch whose answer separates two conventions (group size 4 unless
 said otherwise); every expected number comes from the oracle:
 
-1. *structure* ``[[1,0,0,0],[0,3,1,0]]``: are the advantages centred per group
+1. *structure* ``[[1,0,0,0],[0,3,1,0]]``: are the advantages centered per group
    (``sum_g A = 0``) and proportional to ``R - mu`` with one divisor ``d_g`` per group?
    Equal divisors across groups mean ``scale="batch"`` (compared with the oracle's batch
    std), ``d = 1`` (Dr. GRPO) or ``d = (G-1)/G`` (RLOO, confirmed at G = 3); otherwise
@@ -30,8 +30,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from .._vocabulary import SINGLETONS, Placement, Scale
 from ..advantages import dr_grpo_advantage, group_statistics, grpo_advantage
-from ..conventions import PAPER, PRESETS, Convention, EpsPlacement, Scale
+from ..conventions import PAPER, PRESETS, Convention
 from .adapter import Adapter, Batch
 from .guard import ImplementationError, call_guarded
 from .precision import precision_from_residual
@@ -213,7 +214,7 @@ def _structure(adapter: Adapter, notes: list[str]) -> tuple[str, int, Scale]:
         not np.isfinite(d).all()
         or not (np.abs(c - d[:, None] * a) <= 1e-6 * np.abs(c).max(-1, keepdims=True)).all()
     ):
-        notes.append("advantages are centred but not proportional to R - mean within a group")
+        notes.append("advantages are centered but not proportional to R - mean within a group")
         return "unknown", 0, "group"
     if not (d > 0).all():
         notes.append(f"advantages have the wrong sign (divisors {d.tolist()})")
@@ -286,7 +287,7 @@ def _spread_filter(adapter: Adapter, base: Convention, notes: list[str]) -> tupl
     return std, hi
 
 
-def _eps(adapter: Adapter, ddof: int, scale: Scale, notes: list[str]) -> tuple[float, EpsPlacement, float]:
+def _eps(adapter: Adapter, ddof: int, scale: Scale, notes: list[str]) -> tuple[float, Placement, float]:
     """Eps, its placement and a spread filter's threshold, from the tiny-std probes.
 
     A group of std ``4e-13`` measures eps as ``d - std``. Where the implementation returns 0
@@ -329,7 +330,7 @@ def _eps(adapter: Adapter, ddof: int, scale: Scale, notes: list[str]) -> tuple[f
     d10 = float(_divisors(as_numpy(dr_grpo_advantage(R10)), a10.reshape(R10.shape))[0])
     if abs(d10 / eps - math.sqrt(101)) < 0.005:  # d = sqrt(std^2 + eps^2)
         notes.append(f"d = sqrt(var + {eps * eps:.2g}) fits the probes: eps is inside the sqrt")
-    placement: EpsPlacement = "floor" if abs(d10 / eps - 10) < abs(d10 / eps - 11) else "add"
+    placement: Placement = "floor" if abs(d10 / eps - 10) < abs(d10 / eps - 11) else "add"
     if min(abs(d10 / eps - 10), abs(d10 / eps - 11)) > 0.05:
         notes.append(
             f"d = {d10 / eps:.4g} eps for a group with std = 10 eps: neither std + eps nor max(std, eps)"
@@ -521,18 +522,18 @@ def _detect(adapter: Adapter) -> Detection:
             residual=residual,
         )
     eps: float
-    placement: EpsPlacement
+    placement: Placement
     eps, placement, silent_below = (0.0, "add", 0.0) if scale == "none" else _eps(adapter, ddof, scale, notes)
     conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)
     singleton = _singleton(adapter, conv)
-    if singleton in ("error", "zero", "unit_std"):
+    if singleton in SINGLETONS:
         conv = conv.replace(singleton=singleton)
     else:
         notes.append(f"a group of one response gets {singleton} advantages")
     ranked = []
     for order, (name, candidate) in enumerate(PRESETS.items()):
         diff = _matches(conv, candidate)
-        if singleton not in ("error", "zero", "unit_std") and candidate.singleton != "error":
+        if singleton not in SINGLETONS and candidate.singleton != "error":
             diff = [d for d in diff if not d.startswith("singleton")]
             diff.append(f"singleton {singleton} vs {candidate.singleton}")
         if silent != "zero":

@@ -2,7 +2,7 @@
 
 Each hypothesis below is a known, realistic deviation; its prediction is computed with the
 oracle under a changed convention or grouping (or, for bugs no convention describes, from
-the oracle's own centred values and divisors). The first hypothesis that reproduces the
+the oracle's own centered values and divisors). The first hypothesis that reproduces the
 actual advantages names the cause.
 """
 
@@ -266,12 +266,12 @@ def _cancels(ctx: Any, batch: Any) -> bool:
         return got.shape == expected.shape and bool(np.all(np.abs(got - expected) <= tol))
 
     try:
-        centred = as_numpy(dr_grpo_advantage(batch.rewards, convention=_ZERO_SINGLETON, index=batch.index))
-        if np.array_equal(centred, batch.rewards):
+        centered = as_numpy(dr_grpo_advantage(batch.rewards, convention=_ZERO_SINGLETON, index=batch.index))
+        if np.array_equal(centered, batch.rewards):
             return False
         live = [g for g in _PROBES_GROUPED if len(set(g)) > 1]  # no silent group: rounding only
         return (
-            right(batch.with_rewards(centred))
+            right(batch.with_rewards(centered))
             and right(batch.with_rewards(_well_conditioned(batch.index)))
             and right(Batch.grouped(live))
         )
@@ -326,7 +326,7 @@ def _hypotheses(
             )
         return out
     expected = as_numpy(ref.advantages(rewards, index))
-    centred = as_numpy(dr_grpo_advantage(rewards, convention=_ZERO_SINGLETON, index=index))
+    centered = as_numpy(dr_grpo_advantage(rewards, convention=_ZERO_SINGLETON, index=index))
     hypotheses: list[tuple[str, str, Callable[[], np.ndarray]]] = [
         ("sign", "advantages have the wrong sign: use R - mean, not mean - R", lambda: -expected),
     ]
@@ -369,17 +369,17 @@ def _hypotheses(
         if conv.scale == "batch":
             hypotheses.append(
                 (
-                    "batch_std_of_centred",
-                    "the batch std is taken of the group-centred rewards R - mean_g, not of the rewards "
+                    "batch_std_of_centered",
+                    "the batch std is taken of the group-centered rewards R - mean_g, not of the rewards "
                     "themselves (scale='batch' divides by the std of the whole batch's raw rewards)",
-                    # the oracle's batch scale applied to R - mean_g: one std of the centred batch
-                    lambda: as_numpy(grpo_advantage(centred, convention=conv, index=index)),
+                    # the oracle's batch scale applied to R - mean_g: one std of the centered batch
+                    lambda: as_numpy(grpo_advantage(centered, convention=conv, index=index)),
                 )
             )
         hypotheses.append(
             (
                 "no_centering",
-                "advantages are divided by the std but not mean-centred: mean centering forgotten, "
+                "advantages are divided by the std but not mean-centered: mean centering forgotten, "
                 "(R - mean) / std",
                 lambda: _divide_like(rewards, rewards, index, ref),
             )
@@ -396,7 +396,7 @@ def _hypotheses(
                 "no_division",
                 "advantages are R - mean, not divided by the std: declare scale='none' (Dr. GRPO) "
                 "or divide by the group std",
-                lambda: centred,
+                lambda: centered,
             )
         )
     if conv is not None:
@@ -731,5 +731,5 @@ def _eps_inside(rewards: np.ndarray, index: np.ndarray, conv: Convention) -> npt
     declared convention's singleton rule), since eps placement says nothing about a group of one."""
     st = group_statistics(rewards, convention=conv.replace(eps=0.0, singleton="zero"), index=index)
     std: npt.NDArray[np.float64] = st.expand(np.asarray(st.divisor))
-    centred: npt.NDArray[np.float64] = rewards - st.expand(np.asarray(st.mean))
-    return centred / np.sqrt(std**2 + conv.eps)
+    centered: npt.NDArray[np.float64] = rewards - st.expand(np.asarray(st.mean))
+    return centered / np.sqrt(std**2 + conv.eps)

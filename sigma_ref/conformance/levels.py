@@ -1,7 +1,7 @@
 """The suite's vocabulary (docs/spec.md §7): its levels and its verdict classes.
 
-A module of names only (it imports nothing), so that the CLI and the matrix can register their
-commands without importing the suite's machinery (hypothesis, pytest).
+A module of names only (it imports nothing but ``sigma_ref._vocabulary``), so that the CLI and the
+matrix can register their commands without importing the suite's machinery (hypothesis, pytest).
 
 >>> LEVELS[0], VERDICTS, SUITE_LEVELS[-1]
 ('contract', ('FAIL', 'WARN', 'NOTE'), 'scale-out')
@@ -9,7 +9,7 @@ commands without importing the suite's machinery (hypothesis, pytest).
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from .._vocabulary import VERDICTS, Verdict
 
 __all__ = ["LEVELS", "SCALEOUT_LEVEL", "SUITE_LEVELS", "VERDICTS", "Verdict"]
 
@@ -19,9 +19,5 @@ LEVELS: tuple[str, ...] = ("contract", "algebra", "identity", "silent", "numeric
 SCALEOUT_LEVEL = "scale-out"
 #: Every level of the suite, 0 to 5, in order (level 5's spec module is ``spec/test_scaleout.py``).
 SUITE_LEVELS: tuple[str, ...] = (*LEVELS, SCALEOUT_LEVEL)
-#: Verdict classes: FAIL, the claimed algorithm is computed wrong; WARN, hygiene that does not
-#: change training; NOTE, a fact of the convention.
-VERDICTS: tuple[str, ...] = ("FAIL", "WARN", "NOTE")
-#: A property's outcome in a run, at every level: one of :data:`VERDICTS`, ``pass``, or ``skip`` (the
-#: property does not apply; the matrix renders a level whose properties all skip as ``n/a``).
-Verdict: TypeAlias = Literal["pass", "FAIL", "WARN", "NOTE", "skip"]
+#: Verdict classes (FAIL, WARN, NOTE) and a property's outcome (``Verdict``: one of them, ``pass`` or
+#: ``skip``) are the vocabulary's (``sigma_ref._vocabulary``), re-exported here.

@@ -556,13 +556,17 @@ class Judge:
 # the aggregation folded into the advantages
 
 #: ``--advantage-scale`` -> the aggregation mode a token-sum loss of the scaled advantages computes.
-ADVANTAGE_SCALE_MODES: dict[str, str] = dict(
-    zip(
-        ADVANTAGE_SCALES,
-        ("token-sum", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
-        strict=True,
-    )
-)
+ADVANTAGE_SCALE_MODES: dict[str, str] = {
+    "none": "token-sum",
+    "batch-tokens": "token-mean",
+    "sequence-tokens": "seq-mean-token-mean",
+    "batch-sequences": "seq-mean-token-sum",
+    "batch-sequences-horizon": "seq-mean-token-sum-norm",
+}
+if tuple(ADVANTAGE_SCALE_MODES) != ADVANTAGE_SCALES or set(ADVANTAGE_SCALE_MODES.values()) != set(
+    AGGREGATION_MODES
+):
+    raise AssertionError("ADVANTAGE_SCALE_MODES must map each --advantage-scale to one aggregation mode")
 
 
 def advantage_scales(

@@ -8,8 +8,8 @@ roundoff ``u``:
 
 * rounding the rewards to the working precision moves each ``R_i`` by ``<= u |R_i|``;
 * the group mean errs by ``<= (1 + log2 G) u max|R|`` (pairwise summation), so each
-  centred value ``R_i - b`` errs by ``<= (2 + log2 G) u max|R|``;
-* ``d`` is a std (plus eps) of those centred values; its absolute error is bounded by the
+  centered value ``R_i - b`` errs by ``<= (2 + log2 G) u max|R|``;
+* ``d`` is a std (plus eps) of those centered values; its absolute error is bounded by the
   same ``(2 + log2 G) u max|R|`` plus ``O(u) d``, so its relative error is ``<= (2 + log2 G)
   u kappa`` with ``kappa = max_g |R| / d``;
 * the quotient adds ``u |A|``; casting the result to the output dtype adds ``u_out |A|``.

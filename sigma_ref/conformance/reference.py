@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..advantages import dapo_keep_mask, grpo_advantage, rloo_advantage
+from ..advantages import grpo_advantage, rloo_advantage
 from ..conventions import PAPER, PRESETS, Convention, get_convention
 
 __all__ = ["Reference", "reference_for", "REFERENCE_NAMES"]
@@ -120,10 +120,6 @@ class Reference:
             return np.zeros(np.shape(rewards), dtype=bool)
         _, _, std = self.statistics(rewards, index)
         return (std > self.silent_below / 1.5) & (std < self.silent_below * 1.5)
-
-    def keep_mask(self, rewards: Any, index: Any) -> Any:
-        """DAPO's keep mask (the oracle's ``dapo_keep_mask``)."""
-        return dapo_keep_mask(rewards, index=index)
 
     def describe(self) -> str:
         """One line: the name and what ``d`` is."""

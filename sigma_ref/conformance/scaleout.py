@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
 from .._options import ADVANTAGE_SCALE_SCOPES
+from .._vocabulary import LOSS_SCALES, SPLITS
 from ..conventions import AGGREGATION_MODES
 from ..objectives import PROMPT_MEAN, aggregation_weights, prompt_mean_weights
 from .adapter import LAYOUTS, LOSS_EXTRAS, Adapter, Batch, load_adapter
@@ -129,10 +130,8 @@ __all__ = [
     "main",
 ]
 
-LOSS_SCALES: tuple[str, ...] = ("none", "mean-over-micro-batches")
 #: Where rank 0's rendezvous store listens unless a multi-host run asks otherwise: loopback only.
 RENDEZVOUS_HOST = "127.0.0.1"
-SPLITS: tuple[str, ...] = ("whole-groups", "split-groups")
 
 #: What the harness can pass to a loss (by keyword, only the names its signature declares).
 GLOBALS: dict[str, str] = {

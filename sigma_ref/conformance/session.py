@@ -12,6 +12,7 @@ import math
 import random
 from typing import Any
 
+from .._vocabulary import OUTCOMES, VERDICTS
 from ..objectives import resolve_aggregation
 from .adapter import Adapter, check_call, load_adapter, oracle_adapter
 from .core import LEVELS, Context, Outcome
@@ -25,7 +26,7 @@ from .reference import REFERENCE_NAMES, reference_for
 __all__ = ["build_context", "declare_objective", "Outcome", "summary", "report_dict"]
 
 #: The columns of the summary, in order.
-_COUNTED: tuple[str, ...] = ("pass", "FAIL", "WARN", "NOTE", "skip")
+_COUNTED: tuple[str, ...] = OUTCOMES
 
 
 def build_context(
@@ -407,7 +408,7 @@ def summary(ctx: Context, outcomes: list[Outcome], *, seed: int | None, profile:
             lines.append(
                 f"{level:<10} " + " ".join(f"{sum(o.verdict == k for o in sub):>5}" for k in _COUNTED)
             )
-    for verdict in ("FAIL", "WARN", "NOTE"):
+    for verdict in VERDICTS:
         lines += [f"{verdict:<4} {o.label}: {_short(o)}" for o in outcomes if o.verdict == verdict]
     if asked:  # a level-5 property that was asked for and did not run says why
         lines += [

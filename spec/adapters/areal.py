@@ -14,7 +14,7 @@ mask: one reward per response), one per documented setting of ``NormConfig`` (de
 * ``reward_norm[leave1out, std=None]``: ``R - mean_{-i}``, the leave-one-out mean (``rloo``);
 * ``reward_norm[leave1out, group]``: ``(R - mean_{-i}) / (sqrt(sum_j (R_j - mean_{-j})^2 / (G - 1)) +
   1e-5)``, a leave-one-out std;
-* ``reward_norm[group, batch std]``: the group mean, then the Bessel std of the centred rewards over
+* ``reward_norm[group, batch std]``: the group mean, then the Bessel std of the centered rewards over
   the whole batch;
 * ``reward_norm[batch]``: AReaL's default ``NormConfig`` (``mean_level`` = ``std_level`` = ``batch``):
   one mean and std over the whole batch, no groups.
@@ -257,8 +257,8 @@ NOTES: dict[str, str] = {
     "(R - mean_g) / (std_g(ddof=0) + 1e-5).",
     "reward_norm[leave1out, group]": "Outside the presets: leave-one-out mean and a leave-one-out std, "
     "(R_i - mean_{-i}) / (sqrt(sum_j (R_j - mean_{-j})^2 / (G - 1)) + 1e-5).",
-    "reward_norm[group, batch std]": "Outside the presets: group centring, then the Bessel std of the "
-    "centred rewards over the batch, (R - mean_g) / (std_batch(R - mean_g, ddof=1) + 1e-5).",
+    "reward_norm[group, batch std]": "Outside the presets: group centering, then the Bessel std of the "
+    "centered rewards over the batch, (R - mean_g) / (std_batch(R - mean_g, ddof=1) + 1e-5).",
     "reward_norm[batch]": "Outside the presets: NormConfig's default (mean_level = std_level = batch), "
     "(R - mean_batch) / (std_batch(ddof=1) + 1e-5), no group structure; AReaL's GRPO examples set "
     "mean_level/std_level to group.",

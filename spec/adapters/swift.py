@@ -26,9 +26,9 @@ What each computes (read in ``advantage.py``; ``A = (R - mean_g) / (d + 1e-4)``)
 * ``rloo[none]``: ``K/(K-1) (R - mean_g)`` (``rloo``); ``rloo[group]`` / ``rloo[batch]``: that RLOO
   advantage divided by the group's / the batch's Bessel std of the rewards plus 1e-4 (RLOO over a
   std: outside the presets);
-* ``reinforce_plus_plus[group]``: the group-centred reward over the Bessel std of the centred
+* ``reinforce_plus_plus[group]``: the group-centered reward over the Bessel std of the centered
   rewards, which is the group's std (``trl``); ``[batch]``: over the batch's Bessel std of the
-  group-centred rewards (group centring then batch scaling: outside the presets); ``[none]``:
+  group-centered rewards (group centering then batch scaling: outside the presets); ``[none]``:
   ``dr_grpo``;
 * ``grpo[gdpo]``: each reward function normalised in its group (``nanstd``, Bessel, + 1e-8), the
   weighted sum then normalised over the batch (mean and Bessel std + 1e-8): two-stage group then
@@ -165,7 +165,7 @@ _OUTSIDE: dict[str, str] = {
     "K/(K-1) (R - mean_g) / (std_g(ddof=1) + 1e-4).",
     "rloo[batch]": "Outside the presets: RLOO over the batch std, "
     "K/(K-1) (R - mean_g) / (std_batch(R, ddof=1) + 1e-4).",
-    "reinforce_plus_plus[batch]": "Outside the presets: group centring, batch scaling of the centred "
+    "reinforce_plus_plus[batch]": "Outside the presets: group centering, batch scaling of the centered "
     "rewards, (R - mean_g) / (std_batch(R - mean_g, ddof=1) + 1e-4).",
 }
 NOTES: dict[str, str] = {

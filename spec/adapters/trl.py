@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from sigma_ref._vocabulary import TRL_LOSS_TYPES
 from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import Objective, resolve_aggregation
@@ -75,7 +76,7 @@ __all__ = [
 PEER = Peer("trl", "trl", "1.16.0", title="TRL")
 
 #: ``GRPOConfig.loss_type`` values of TRL 1.16.0 (default ``dapo``).
-LOSS_TYPES: tuple[str, ...] = ("dapo", "grpo", "bnpo", "dr_grpo", "luspo", "cispo", "sapo", "vespo")
+LOSS_TYPES: tuple[str, ...] = TRL_LOSS_TYPES
 
 
 def available() -> bool:

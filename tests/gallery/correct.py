@@ -21,9 +21,9 @@ def paper_grouped(rewards: torch.Tensor) -> torch.Tensor:
     equal non-dyadic rewards, whose std is a rounding residue). Layout grouped [B, G]."""
     mean = rewards.mean(dim=1, keepdim=True)
     std = rewards.std(dim=1, unbiased=False, keepdim=True)
-    centred = rewards - mean
+    centered = rewards - mean
     live = rewards.max(dim=1, keepdim=True).values > rewards.min(dim=1, keepdim=True).values
-    return torch.where(live, centred / torch.where(live, std, 1), torch.zeros_like(centred))
+    return torch.where(live, centered / torch.where(live, std, 1), torch.zeros_like(centered))
 
 
 @torch.no_grad()
@@ -35,7 +35,7 @@ def post_contiguous(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 @torch.no_grad()
 def dr_grpo_contiguous(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Dr. GRPO: mean-centring only."""
+    """Dr. GRPO: mean-centering only."""
     r = rewards.view(-1, group_size)
     return (r - r.mean(dim=1, keepdim=True)).view(-1)
 
@@ -54,7 +54,7 @@ def trl_contiguous(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 @torch.no_grad()
 def trl_batch_contiguous(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """TRL, scale_rewards='batch': centred per group, one Bessel std over the batch + 1e-4."""
+    """TRL, scale_rewards='batch': centered per group, one Bessel std over the batch + 1e-4."""
     mean_grouped = rewards.view(-1, group_size).mean(dim=1).repeat_interleave(group_size, dim=0)
     advantages = rewards - mean_grouped
     std = rewards.std() if rewards.numel() > 1 else torch.zeros((), dtype=rewards.dtype)

@@ -7,8 +7,8 @@ JAX bridge (``sigma_ref.conformance.frameworks``), detected from their code.
   float32: correct for its convention (ddof 1, eps 1e-6 added), which no preset names exactly.
 * :func:`token_mean_loss`: a clipped PPO surrogate (eps 0.2) aggregated as tunix's
   ``aggregate_loss(..., "token-mean")``: ``sum(loss * mask) / max(sum(mask), 1)``: correct.
-* :func:`batch_mean_advantages`: centres on the *batch* mean, divides by each group's std:
-  wrong (the group-centring bug).
+* :func:`batch_mean_advantages`: centers on the *batch* mean, divides by each group's std:
+  wrong (the group-centering bug).
 * :func:`padded_mean_loss`: the surrogate averaged over every position, padding included
   (``jnp.mean(per_token_loss)``): wrong.
 """
@@ -34,7 +34,7 @@ def grpo_advantages(rewards: jax.Array, num_generations: int) -> jax.Array:
 
 
 def batch_mean_advantages(rewards: jax.Array, num_generations: int) -> jax.Array:
-    """Meant GRPO's group centring; subtracts the batch mean instead (divides by the group std)."""
+    """Meant GRPO's group centering; subtracts the batch mean instead (divides by the group std)."""
     grouped = rewards.reshape(-1, num_generations)
     std = grouped.std(axis=-1, ddof=1).repeat(num_generations)
     return (rewards - rewards.mean()) / (std + 1e-6)

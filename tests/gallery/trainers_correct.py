@@ -144,7 +144,7 @@ def trl_grpo_nanstd(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def trl_grpo_batch_scale(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """TRL scale_rewards='batch': centred per group, one nanstd over the whole batch, + 1e-4."""
+    """TRL scale_rewards='batch': centered per group, one nanstd over the whole batch, + 1e-4."""
     mean_grouped_rewards = torch.nanmean(rewards.view(-1, group_size), dim=1)
     mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(group_size, dim=0)
     if rewards.numel() > 1:
@@ -229,7 +229,7 @@ def open_instruct_numpy(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def open_instruct_centered(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """open-instruct advantage_normalization_type='centered': numpy mean-centring only."""
+    """open-instruct advantage_normalization_type='centered': numpy mean-centering only."""
     scores = np.array(rewards.tolist())
     mean_grouped_rewards = np.repeat(scores.reshape(-1, group_size).mean(axis=-1), group_size, axis=0)
     return torch.from_numpy(scores - mean_grouped_rewards).to(rewards.device)
@@ -295,7 +295,7 @@ def cs336_group_normalized(rewards: torch.Tensor, group_size: int) -> torch.Tens
 
 
 def cs336_mean_only(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """The same with normalize_by_std=False (Dr. GRPO): float32 from the list, mean-centring only."""
+    """The same with normalize_by_std=False (Dr. GRPO): float32 from the list, mean-centering only."""
     raw_rewards = torch.tensor([float(r) for r in rewards.tolist()], dtype=torch.float32)
     rewards_per_group = raw_rewards.reshape((-1, group_size))
     return (rewards_per_group - rewards_per_group.mean(dim=-1, keepdim=True)).reshape(-1)
@@ -338,9 +338,9 @@ def unique_inverse_float32(rewards: torch.Tensor, index: np.ndarray) -> torch.Te
     r = rewards.float()
     k = counts.shape[0]
     mean = torch.zeros(k, device=r.device).index_add_(0, inv, r) / counts
-    centred = r - mean[inv]
-    var = torch.zeros(k, device=r.device).index_add_(0, inv, centred * centred) / (counts - 1)
-    return (centred / (var.sqrt()[inv] + 1e-8)).to(rewards.dtype)
+    centered = r - mean[inv]
+    var = torch.zeros(k, device=r.device).index_add_(0, inv, centered * centered) / (counts - 1)
+    return (centered / (var.sqrt()[inv] + 1e-8)).to(rewards.dtype)
 
 
 def numpy_add_at_verl(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
@@ -653,7 +653,7 @@ CASES: list[Case] = [
         True,
         "allenai/open-instruct main open_instruct/grpo_fast.py (advantage_normalization_type='centered')",
         "dr_grpo",
-        note="numpy mean-centring only",
+        note="numpy mean-centering only",
     ),
     Case(
         "oat_monte_carlo_grpo",

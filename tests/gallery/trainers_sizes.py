@@ -37,8 +37,8 @@ def repeat_interleave_verl(rewards: torch.Tensor, group_sizes: list[int]) -> tor
         torch.zeros(len(group_sizes), dtype=rewards.dtype, device=rewards.device).index_add_(0, ids, rewards)
         / n
     )
-    centred = rewards - mean[ids]
-    ss = torch.zeros_like(mean).index_add_(0, ids, centred * centred)
+    centered = rewards - mean[ids]
+    ss = torch.zeros_like(mean).index_add_(0, ids, centered * centered)
     std = torch.sqrt(ss / (n - 1).clamp(min=1))
     single = (sizes == 1)[ids]
     mean_i = torch.where(single, torch.zeros_like(rewards), mean[ids])

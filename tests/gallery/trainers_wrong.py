@@ -100,9 +100,9 @@ def partial_group_assumed_size(rewards: torch.Tensor, group_size: int) -> torch.
     """Group sums by bincount(arange(N) // G) but divided by G: the tail's mean and std are off."""
     gid = torch.arange(rewards.numel()) // group_size
     mean = torch.bincount(gid, weights=rewards).to(rewards.dtype)[gid] / group_size
-    centred = rewards - mean
-    var = torch.bincount(gid, weights=centred * centred).to(rewards.dtype)[gid] / (group_size - 1)
-    return centred / (var.sqrt() + 1e-8)
+    centered = rewards - mean
+    var = torch.bincount(gid, weights=centered * centered).to(rewards.dtype)[gid] / (group_size - 1)
+    return centered / (var.sqrt() + 1e-8)
 
 
 # ---------------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ def std_over_wrong_dim(rewards: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def batch_mean_index(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
-    """verl intended, but every response is centred on the batch mean (std still per uid)."""
+    """verl intended, but every response is centered on the batch mean (std still per uid)."""
     scores = rewards.clone()
     id2rows: dict = defaultdict(list)
     for i, uid in enumerate(index.tolist()):
@@ -191,11 +191,11 @@ def shard_local_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def batch_std_of_centred(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """trl_batch intended, but the batch std is taken of the group-centred rewards, not the rewards."""
+def batch_std_of_centered(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """trl_batch intended, but the batch std is taken of the group-centered rewards, not the rewards."""
     r = rewards.view(-1, group_size)
-    centred = (r - r.mean(1, keepdim=True)).view(-1)
-    return centred / (centred.std() + 1e-4)
+    centered = (r - r.mean(1, keepdim=True)).view(-1)
+    return centered / (centered.std() + 1e-4)
 
 
 @torch.no_grad()
@@ -257,11 +257,11 @@ def nan_on_silent_index(rewards: torch.Tensor, index: np.ndarray) -> torch.Tenso
 @torch.no_grad()
 def std_gt_zero_guard(rewards: torch.Tensor) -> torch.Tensor:
     """The paper's std written by hand, guarded by std > 0: on [0.1, 0.1, 0.1] the float mean is not
-    0.1, so the centred values and the std are ~1e-17 and the guard lets them through."""
+    0.1, so the centered values and the std are ~1e-17 and the guard lets them through."""
     mean = rewards.mean(dim=1, keepdim=True)
-    centred = rewards - mean
-    std = centred.pow(2).mean(dim=1, keepdim=True).sqrt()
-    return torch.where(std > 0, centred / torch.where(std > 0, std, 1.0), torch.zeros_like(centred))
+    centered = rewards - mean
+    std = centered.pow(2).mean(dim=1, keepdim=True).sqrt()
+    return torch.where(std > 0, centered / torch.where(std > 0, std, 1.0), torch.zeros_like(centered))
 
 
 @torch.no_grad()
@@ -542,15 +542,15 @@ CASES: list[Case] = [
         "as two groups",
     ),
     Case(
-        "batch_std_of_centred",
-        batch_std_of_centred,
+        "batch_std_of_centered",
+        batch_std_of_centered,
         "contiguous",
         False,
-        "huggingface/trl scale_rewards='batch' re-implemented as whitening of the centred advantages",
+        "huggingface/trl scale_rewards='batch' re-implemented as whitening of the centered advantages",
         "trl_batch",
         breaks=("advantage_values",),
-        cause_words=("batch std", "centred"),
-        note="TRL divides by the std of the raw batch rewards; this by the std of the group-centred ones",
+        cause_words=("batch std", "centered"),
+        note="TRL divides by the std of the raw batch rewards; this by the std of the group-centered ones",
     ),
     Case(
         "fp16_eps_underflow",
@@ -598,8 +598,9 @@ CASES: list[Case] = [
         "paper",
         breaks=("silent_group_zero", "non_dyadic_silent_group"),
         cause_words=("silent", "rounding"),
-        note="[0.1, 0.1, 0.1]: the float mean is not 0.1, centred values and std ~1.4e-17 > 0, so A = -1 for "
-        "every response of a silent group; exact on dyadic rewards (torch.std's Welford pass would give 0)",
+        note="[0.1, 0.1, 0.1]: the float mean is not 0.1, centered values and std ~1.4e-17 > 0, so A = -1 "
+        "for every response of a silent group; exact on dyadic rewards (torch.std's Welford pass would "
+        "give 0)",
     ),
     Case(
         "singleton_nan_index",
@@ -810,7 +811,7 @@ WITNESSES: dict[str, tuple] = {
         4,
         torch.float64,
     ),
-    "batch_std_of_centred": ([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0], None, 4, torch.float64),
+    "batch_std_of_centered": ([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0], None, 4, torch.float64),
     "in_place_no_clone": (
         [1.0, 0.0, 0.0, 1.0, 0.5, 1.0, 0.0, 0.25],
         [2, 0, 1, 0, 2, 1, 0, 2],

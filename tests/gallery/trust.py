@@ -83,8 +83,8 @@ def std_guard_no_eps(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     of 0.3 leave R - mean = 5.6e-17 and std = 5.6e-17, so every member gets A = 1."""
     grouped = rewards.view(-1, group_size)
     std = grouped.std(dim=1, unbiased=False, keepdim=True)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)
-    return torch.where(std > 0, centred / torch.where(std > 0, std, 1.0), 0.0).view(-1)
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    return torch.where(std > 0, centered / torch.where(std > 0, std, 1.0), 0.0).view(-1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def normalize_then_renormalize(rewards: torch.Tensor, group_size: int) -> torch.
 
 
 def maxrl_mean_scaled(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """MaxRL: the centred reward over the group's mean reward (pass rate); 0 where nothing passed."""
+    """MaxRL: the centered reward over the group's mean reward (pass rate); 0 where nothing passed."""
     grouped = rewards.view(-1, group_size)
     mean = grouped.mean(dim=1, keepdim=True)
     return torch.where(mean > 0, (grouped - mean) / mean.clamp(min=1e-12), 0.0).view(-1)
@@ -430,10 +430,10 @@ def verl_scatter_singleton(rewards: torch.Tensor, index: np.ndarray) -> torch.Te
     if int(counts_np.max()) == 1:  # every prompt sampled once: verl's mean 0, std 1
         return rewards / (1.0 + 1e-6)
     mean = torch.zeros(len(counts), dtype=rewards.dtype).index_add_(0, inv, rewards) / counts
-    centred = rewards - mean[inv]
-    sq = torch.zeros(len(counts), dtype=rewards.dtype).index_add_(0, inv, centred * centred)
+    centered = rewards - mean[inv]
+    sq = torch.zeros(len(counts), dtype=rewards.dtype).index_add_(0, inv, centered * centered)
     std = (sq / (counts - 1).clamp(min=1)).sqrt()
-    return centred / (std[inv] + 1e-6)
+    return centered / (std[inv] + 1e-6)
 
 
 CASES += [

@@ -71,9 +71,9 @@ def grad_flow(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """Correct values, but no torch.no_grad(): advantages keep the rewards' graph."""
     r = rewards.view(-1, group_size)
     std = r.std(1, unbiased=False, keepdim=True)
-    centred = r - r.mean(1, keepdim=True)
+    centered = r - r.mean(1, keepdim=True)
     live = r.max(1, keepdim=True).values > r.min(1, keepdim=True).values  # exact silence test
-    return torch.where(live, centred / torch.where(live, std, 1), torch.zeros_like(centred)).view(-1)
+    return torch.where(live, centered / torch.where(live, std, 1), torch.zeros_like(centered)).view(-1)
 
 
 @torch.no_grad()
@@ -112,8 +112,8 @@ def batch_mean_centering(rewards: torch.Tensor, group_size: int) -> torch.Tensor
     """Subtracts the batch mean but divides by each group's std."""
     r = rewards.view(-1, group_size)
     std = r.std(1, unbiased=False, keepdim=True)
-    centred = r - rewards.mean()
-    return torch.where(std > 0, centred / torch.where(std > 0, std, 1), torch.zeros_like(r)).view(-1)
+    centered = r - rewards.mean()
+    return torch.where(std > 0, centered / torch.where(std > 0, std, 1), torch.zeros_like(r)).view(-1)
 
 
 @torch.no_grad()
