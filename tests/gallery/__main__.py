@@ -9,7 +9,9 @@ declared. ``--shapes``: the call shapes of issue 10 (``trainers_token`` and ``sh
 layout, the dict and tuple hooks, ``(loss, metrics)`` in every aggregation mode, keep masks), correct
 code run with nothing declared and again with its declarations, wrong code with its intent
 declared, and the aggregation each correct loss is detected as. ``--objectives``: the loss gallery
-(``losses``), each loss under its declared objective, checked by ``loss_objective``.
+(``losses``), each loss under its declared objective, checked by ``loss_objective``. ``--normalisers``:
+level 5's gallery (``normalisers``), the normaliser patterns trainers ship, each wrong and correct loss
+on W = 2 real ranks with M = 1, 2, 3 micro-batches (one launch), with the class and factor named.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from . import (
     case_adapter,
     caught_by,
     losses,
+    normalisers,
     shapes,
     trainers_correct,
     trainers_token,
@@ -230,6 +233,60 @@ def objective_table(*, max_examples: int = 10) -> str:
     return "\n".join(head + rows)
 
 
+#: The level-5 kill table's configuration (tests/test_normalisers.py runs W = 1, 2, 4).
+NORMALISER_W, NORMALISER_M = 2, (1, 2, 3)
+
+
+def _declared_options(entry: normalisers.Entry) -> str:
+    """An entry's declarations as the CLI spells them: the aggregation, then its level-5 options."""
+    words = [entry.aggregation]
+    for key, value in entry.options.items():
+        flag = "--" + key.replace("_", "-")
+        words.append(flag if value is True else f"{flag} {value}")
+    return ", ".join(words)
+
+
+def normaliser_table() -> str:
+    """Level 5's gallery: each wrong normaliser FAILs ``scaleout_gradient`` with its class and factor,
+    each correct one passes, at W = 2 and M = 1, 2, 3 (one launch of every entry)."""
+    from sigma_ref.conformance.scaleout import ScaleoutJob, run_scaleout_many
+
+    entries = normalisers.CORRECT + normalisers.WRONG
+    advantages = "sigma_ref.conformance.scaleout:oracle_advantages"
+    jobs = [ScaleoutJob(advantages, e.loss, micro_batches=NORMALISER_M, **e.kwargs()) for e in entries]
+    reports = dict(
+        zip((e.name for e in entries), run_scaleout_many(jobs, world_size=NORMALISER_W), strict=True)
+    )
+    passed = sum(reports[e.name].passed for e in normalisers.CORRECT)
+    rows, caught, named = [], 0, 0
+    pattern_of = {e.name: p for p, (wrong, _) in normalisers.PATTERNS.items() for e in wrong}
+    for entry in normalisers.WRONG:
+        report = reports[entry.name]
+        fails = [r for r in report.results if r.verdict == "FAIL"]
+        caught += bool(fails)
+        expect = entry.expect_at_ranks or entry.expect
+        hit = [r for r in fails if expect in r.message]
+        named += bool(hit)
+        shown = (hit or fails or [None])[0]
+        words = " ".join(shown.message.split()).replace("|", "/")[:200] if shown is not None else "NOT CAUGHT"
+        label = shown.property if shown is not None else "-"
+        verdict = "FAIL" if fails else "pass"
+        rows.append(
+            f"| `{entry.name}` | {pattern_of[entry.name]} | {_declared_options(entry)} | {verdict} | "
+            f"`{label}` | {expect if hit else '-'} | {words} |"
+        )
+    m = ", ".join(map(str, NORMALISER_M))
+    head = [
+        f"Level-5 gallery (W = {NORMALISER_W} ranks, M = {m} micro-batches, uneven splits): "
+        f"{passed}/{len(normalisers.CORRECT)} correct losses pass; {caught}/{len(normalisers.WRONG)} wrong "
+        f"ones FAIL, {named} of them with their class named.",
+        "",
+        "| wrong loss | pattern | declared | verdict | first FAIL | class named | what the suite says |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    return "\n".join(head + rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print the kill tables as markdown")
@@ -239,9 +296,14 @@ def main() -> None:
     which.add_argument(
         "--objectives", action="store_true", help="only the loss gallery's table (loss_objective)"
     )
+    which.add_argument(
+        "--normalisers", action="store_true", help="only level 5's gallery (real ranks, W = 2, M = 1, 2, 3)"
+    )
     args = parser.parse_args()
     if args.objectives:
         print(objective_table())
+    elif args.normalisers:
+        print(normaliser_table())
     elif args.shapes:
         print(shapes_table())
     else:
