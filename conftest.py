@@ -39,13 +39,18 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+#: The files run first, longest first (``pytest --durations``: minutes each on two cores).
+_FIRST = {"test_readme_matrix.py": 0, "test_readme_gallery.py": 1, "test_readme.py": 2}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the README's generated blocks first (``make test`` runs pytest-xdist with
     ``--dist loadfile``), and skip ``@pytest.mark.cuda`` tests, with the reason, where no CUDA
     device is present."""
-    # the longest file (the README's generated blocks, the peer matrix among them) first, so
-    # that under pytest-xdist it starts at once and the other workers share the rest
-    items.sort(key=lambda item: item.path.name != "test_readme.py")
+    # the longest files (the peer matrix, then the README's gallery tables and its other generated
+    # blocks) first, so that under pytest-xdist they start at once on different workers and the
+    # other workers share the rest (a stable sort keeps every other file's order)
+    items.sort(key=lambda item: _FIRST.get(item.path.name, len(_FIRST)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device: torch.cuda.is_available() is False")
