@@ -809,6 +809,15 @@ SCALEOUT_CELLS = [
     ("openrlhf", "kl[k3]", "pass"),
     ("openrlhf", "policy[is_correction token clip 0,2]", "pass"),
     ("unsloth", "loss[dapo]", "pass"),
+    ("skyrl", "loss[token_mean]", "pass"),
+    ("skyrl", "loss[sequence_mean]", "pass"),
+    ("skyrl", "loss[seq_mean_token_sum_norm]", "pass"),
+    ("skyrl", "policy[dual_clip]", "pass"),
+    (
+        "skyrl",
+        "loss[token_mean_legacy]",
+        "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch",
+    ),
     (
         "unsloth",
         "loss[bnpo]",

@@ -56,7 +56,7 @@ class ScaleoutOptions:
     Adapter's own); ``world_size`` W; ``micro_batches``: every M checked; ``split``, ``loss_scale``,
     ``timeout``, ``backend``, ``rendezvous_host``, ``seed``, and the normaliser patterns' ``sizes``,
     ``steps_per_generation``, ``mask_truncated``, ``pad_value``, ``packing``, ``advantage_scale``,
-    ``advantage_scale_on``: :func:`~.scaleout.run_scaleout`'s.
+    ``advantage_scale_on``, ``advantage_scaler``: :func:`~.scaleout.run_scaleout`'s.
     """
 
     impl: str | None = None
@@ -78,6 +78,7 @@ class ScaleoutOptions:
     packing: str = "none"
     advantage_scale: str = "none"
     advantage_scale_on: str = "step"
+    advantage_scaler: str | None = None
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -116,6 +117,17 @@ def check_options(opts: ScaleoutOptions, loss: Any) -> None:
             f"--advantage-scale {opts.advantage_scale} scales the advantages a loss gets: give the loss "
             "(--loss PKG.MODULE:ATTR), or drop --advantage-scale"
         )
+    if opts.advantage_scaler is not None:
+        if loss is None:
+            raise ValueError(
+                f"--advantage-scaler {opts.advantage_scaler} scales the advantages a loss gets: give the "
+                "loss (--loss PKG.MODULE:ATTR), or drop --advantage-scaler"
+            )
+        if opts.advantage_scale != "none":
+            raise ValueError(
+                f"--advantage-scaler {opts.advantage_scaler} and --advantage-scale {opts.advantage_scale} "
+                "both scale the advantages: give one (the trainer's own function, or the count it divides by)"
+            )
 
 
 JAX_LEVEL5 = (
@@ -149,6 +161,11 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
             impl, layout = _ORACLE_ADVANTAGES, "index"
             if loss is None:
                 loss, aggregation = _ORACLE_LOSS, aggregation or "token-mean"
+        precision = "float64"
+        if adapter.loss is not None:  # the gradient is held to the prediction at the loss's own precision
+            from .loss_precision import loss_precision
+
+            precision = loss_precision(ctx).judged
         try:
             memo["scaleout"] = run_scaleout(
                 impl,
@@ -172,6 +189,8 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
                 packing=opts.packing,
                 advantage_scale=opts.advantage_scale,
                 advantage_scale_on=opts.advantage_scale_on,
+                advantage_scaler=opts.advantage_scaler,
+                loss_precision=precision,
             )
         except (ValueError, TypeError) as exc:
             memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {exc}", opts.describe()))

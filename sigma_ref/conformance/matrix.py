@@ -424,6 +424,8 @@ def _scaleout_reports(cells: Sequence[tuple[types.ModuleType, Any]], *, timeout:
                 loss_scale=spec.loss_scale,
                 sizes=spec.sizes,
                 timeout=timeout,
+                advantage_scaler=None if spec.scaler is None else f"{module.__name__}:AT_SCALE.{spec.scaler}",
+                loss_precision=spec.loss_precision,
             )
     reports = run_scaleout_many(list(jobs.values()), world_size=SCALEOUT_WORLD_SIZE)
     by_run = dict(zip(jobs, reports, strict=True))
