@@ -218,6 +218,6 @@ def scaleout_results(ctx: Context, name: str) -> tuple[ScaleoutResult, ...]:
 
 
 def verdict_of(results: tuple[ScaleoutResult, ...]) -> Verdict:
-    """FAIL if one result fails, else NOTE if one is a NOTE, else pass."""
+    """FAIL if one result fails, else WARN, else NOTE if one is one, else pass."""
     verdicts = {r.verdict for r in results}
-    return "FAIL" if "FAIL" in verdicts else "NOTE" if "NOTE" in verdicts else "pass"
+    return next((v for v in ("FAIL", "WARN", "NOTE") if v in verdicts), "pass")

@@ -282,7 +282,7 @@ def oracle_advantages(rewards: torch.Tensor, index: npt.ArrayLike) -> torch.Tens
 class ScaleoutResult:
     """One level-5 property's outcome.
 
-    ``property``: e.g. ``scaleout_gradient[W=2,M=2]``; ``verdict``: ``pass``, ``FAIL`` or
+    ``property``: e.g. ``scaleout_gradient[W=2,M=2]``; ``verdict``: ``pass``, ``FAIL``, ``WARN`` or
     ``NOTE`` (the suite's :data:`~.levels.Verdict`); ``factor``: the measured ``c`` (split
     gradient = ``c`` x reference), or None;
     ``message``: what was measured, and for a FAIL the bug class.
@@ -413,8 +413,9 @@ def prediction_rtol(loss_precision: str) -> float:
     """The relative tolerance of the gradient against the aggregation's prediction, for a loss
     computed at ``loss_precision``: float64's ``1e-8`` (summation order only), else ``64 u`` of the
     precision (:mod:`~.loss_precision`'s rule: a cast on the gradient's path rounds each
-    ``A_i w_it`` once). Splits are compared with the same code's full batch at ``1e-8`` whatever it
-    is: both carry the same roundings.
+    ``A_i w_it`` once); a split's normalisers round differently from the full batch's, so the split
+    is held to the full batch within the same tolerance. A normaliser bug moves the gradient by an
+    O(1) factor, far above either.
 
     >>> prediction_rtol("float64"), prediction_rtol("float32")
     (1e-08, 3.814697265625e-06)
@@ -424,7 +425,7 @@ def prediction_rtol(loss_precision: str) -> float:
             f"loss_precision={loss_precision!r} must be 'float64' or 'float32' (a loss's working precision; "
             "levels 0-4 judge coarser ones at float32)"
         )
-    return _RTOL if loss_precision == "float64" else max(_RTOL, 64 * 2.0**-24)
+    return _RTOL if loss_precision == "float64" else _F32_RTOL
 
 
 def _counts(mask: np.ndarray) -> tuple[int, int]:
@@ -1171,6 +1172,24 @@ def _analyse(
     return results
 
 
+#: float32's tolerance (:func:`prediction_rtol`): a float64 loss off by no more is off by roundings.
+_F32_RTOL = 64 * 2.0**-24
+
+
+def _rounding_level(c: float, err: float, rtol: float) -> bool:
+    """A gradient beyond ``rtol`` (float64's) of its reference but within float32's roundings of it
+    (factor and error): hygiene, not a normaliser (which moves it by an O(1) factor)."""
+    return rtol < _F32_RTOL and err <= _F32_RTOL and abs(c - 1.0) <= _F32_RTOL
+
+
+def _rounding_message(reference: str, err: float) -> str:
+    return (
+        f"equals {reference} to rel. error {err:.1g} only: float32's rounding level, not float64's "
+        f"{_RTOL:g} (a count, weight or ratio rounded to float32 on the gradient's path); no normaliser "
+        "differs. Declare the loss's working precision float32 if that is its design"
+    )
+
+
 def _per_split(
     runs: Mapping[_Key, _Run],
     batch: _Batch,
@@ -1196,7 +1215,7 @@ def _per_split(
     g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale)
     prop = f"scaleout_gradient[W={W},M={M}]"
     c, resid, err = _fit(g, g_full)
-    if err <= _RTOL:
+    if err <= pred_rtol:  # the same code split and whole: only its working precision's roundings differ
         results.append(
             ScaleoutResult(
                 prop,
@@ -1206,6 +1225,8 @@ def _per_split(
                 f"(rel. error {err:.1g}){reading_text}",
             )
         )
+    elif _rounding_level(c, err, pred_rtol):
+        results.append(ScaleoutResult(prop, "WARN", c, _rounding_message("the full-batch gradient", err)))
     else:
         named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c, resid)
         if cause is not None and adv_ok:
@@ -1218,7 +1239,8 @@ def _per_split(
                 prop,
                 "FAIL",
                 c,
-                named or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation),
+                named
+                or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation, pred_rtol),
             )
         )
 
@@ -1242,6 +1264,9 @@ def _per_split(
                     f"(rel. error {ep:.1g}{at})",
                 )
             )
+        elif _rounding_level(cp, ep, pred_rtol):
+            message = _rounding_message(f"the {aggregation} prediction", ep)
+            results.append(ScaleoutResult(prop, "WARN", cp, message))
         else:
             cf, rf, ef = _fit(g_full, pred)
             why = (
@@ -1278,6 +1303,7 @@ def _diagnose(
     adv_ok: bool,
     loss_scale: str,
     aggregation: str | None,
+    rtol: float = _RTOL,
 ) -> str:
     """Name the bug class from the probes at (1, M), (1, M + 1) and (W, 1)."""
     if not adv_ok:
@@ -1300,7 +1326,7 @@ def _diagnose(
 
     def bad(f: _Fit | None) -> TypeGuard[_Fit]:
         """The probe ran and its gradient differs from the full batch's."""
-        return f is not None and f[2] > _RTOL
+        return f is not None and f[2] > rtol
 
     def pure(f: _Fit) -> bool:
         """One factor explains the probe's gradient."""
@@ -1685,8 +1711,8 @@ def run_scaleout(
     ``advantage_scaler``: instead, the trainer's own pre-scaling function (``pkg.module:attr``,
     :func:`~.normalisers.call_advantage_scaler`), called on the mask of ``advantage_scale_on``'s batch.
     ``loss_precision``: the loss's working precision (``float64`` or ``float32``, as levels 0-4
-    measure it, :mod:`~.loss_precision`): the gradient is held to the aggregation's prediction within
-    :func:`prediction_rtol` of it; splits are compared with the full batch at float64 all the same.
+    measure it, :mod:`~.loss_precision`): the gradient is held to the full batch's and to the
+    aggregation's prediction within :func:`prediction_rtol`.
     ``loss_scale``: the trainer's reading as the user declares it (module doc); the check measures
     both readings and judges the one the loss is right under (the declaration is reported). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
