@@ -419,8 +419,9 @@ OPTIONS: tuple[Option, ...] = (
         "advantage-scaler",
         "level 5 (and the loss calls of levels 0-4): the trainer's own advantage pre-scaling function, "
         "PKG.MODULE:ATTR, called as fn(mask, world_size=, micro_batches=, horizon=) on the float64 mask "
-        "[n, T] of --advantage-scale-on's batch (rows rank by rank, micro-batch by micro-batch); it returns "
-        "each response's factor ([n], or [n, T] constant along a response); judged against --aggregation",
+        "[n, T] of the batch named by advantage-scale-on (rows rank by rank, micro-batch by micro-batch); "
+        "it returns each response's factor ([n], or [n, T] constant along a response); the token sum is "
+        "judged against the declared aggregation",
         default=None,
         metavar="PKG.MODULE:ATTR",
         group="scale-out",

@@ -19,6 +19,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .._options import ADVANTAGE_SCALE_SCOPES, ADVANTAGE_SCALES, PACKINGS
+from .._vocabulary import VERDICTS
 from .levels import Verdict
 from .scaleout import LOSS_SCALES, RENDEZVOUS_HOST, SPLITS, ScaleoutReport, ScaleoutResult
 
@@ -220,4 +221,4 @@ def scaleout_results(ctx: Context, name: str) -> tuple[ScaleoutResult, ...]:
 def verdict_of(results: tuple[ScaleoutResult, ...]) -> Verdict:
     """FAIL if one result fails, else WARN, else NOTE if one is one, else pass."""
     verdicts = {r.verdict for r in results}
-    return next((v for v in ("FAIL", "WARN", "NOTE") if v in verdicts), "pass")
+    return next((v for v in VERDICTS if v in verdicts), "pass")  # VERDICTS: most severe first
