@@ -424,6 +424,7 @@ def _scaleout_reports(cells: Sequence[tuple[types.ModuleType, Any]], *, timeout:
                 loss_scale=spec.loss_scale,
                 sizes=spec.sizes,
                 timeout=timeout,
+                loss_precision=getattr(spec, "loss_precision", "float64"),
             )
     reports = run_scaleout_many(list(jobs.values()), world_size=SCALEOUT_WORLD_SIZE)
     by_run = dict(zip(jobs, reports, strict=True))

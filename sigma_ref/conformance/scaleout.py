@@ -109,6 +109,7 @@ from .normalisers import (
     token_scores,
 )
 from .packing import PACKING_INPUTS, check_packing, pack, pack_tensor, packed_cause, packing_inputs
+from .precision import PRECISIONS
 
 __all__ = [
     "GLOBALS",
@@ -117,6 +118,7 @@ __all__ = [
     "HORIZON",
     "PACKED_CAPACITY",
     "LOSS_SCALES",
+    "LOSS_PRECISION_RTOL",
     "SPLITS",
     "ScaleoutJob",
     "ScaleoutResult",
@@ -124,6 +126,7 @@ __all__ = [
     "ScaleoutReport",
     "oracle_advantages",
     "oracle_loss",
+    "spmd_loss",
     "run_scaleout",
     "run_scaleout_many",
     "add_scaleout_arguments",
@@ -214,6 +217,13 @@ ADVANTAGE_GLOBALS: tuple[str, ...] = ("process_group", "rank", "world_size", "dp
 
 _RTOL = 1e-8  # float64 throughout: only summation order separates a correct split from the full batch
 
+#: The relative tolerance of every gradient comparison by the loss's working precision
+#: (``loss_precision``): float64, only summation order separates a correct split from the full batch
+#: (``1e-8``); a loss computed in float32 (tunix casts its log-probs, advantages and per-token loss to
+#: float32) rounds every ``A_i w_it`` to float32: 64 units of float32's roundoff ``2**-24``, the
+#: bound levels 0 to 4 read a float32 loss's gradient with (``loss_precision.py``).
+LOSS_PRECISION_RTOL: dict[str, float] = {"float64": _RTOL, "float32": 64 * PRECISIONS["float32"]}
+
 #: One configuration of a plan: (world size w, micro-batches m, split); w = 1 runs on rank 0 alone.
 _Key: TypeAlias = "tuple[int, int, str]"
 
@@ -271,6 +281,68 @@ def oracle_advantages(rewards: torch.Tensor, index: npt.ArrayLike) -> torch.Tens
 
     out: torch.Tensor = grpo_advantage(rewards, index=np.asarray(index))  # a Tensor in, a Tensor out
     return out
+
+
+def _gather_rows(x: torch.Tensor, rank: int, world_size: int, group: ProcessGroup | None) -> torch.Tensor:
+    """Every rank's ``x`` (rows of any count, same trailing shape) concatenated in rank order, this
+    rank's own rows the live tensor (its autograd path kept), the others' copies without one."""
+    import torch.distributed as dist
+
+    if world_size == 1:
+        return x
+    count = torch.tensor([x.shape[0]], dtype=torch.int64, device=x.device)
+    counts = [torch.zeros_like(count) for _ in range(world_size)]
+    dist.all_gather(counts, count, group=group)
+    most = max(int(c.item()) for c in counts)
+    padded = torch.zeros((most, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    padded[: x.shape[0]] = x.detach()
+    parts = [torch.zeros_like(padded) for _ in range(world_size)]
+    dist.all_gather(parts, padded, group=group)
+    rows = [x if r == rank else parts[r][: int(counts[r].item())] for r in range(world_size)]
+    return torch.cat(rows)
+
+
+def spmd_loss(loss: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``loss`` as a JAX SPMD trainer computes it: once, on the global micro-batch of every rank.
+
+    Under ``jax.sharding`` (tunix's ``PeftTrainer``, MaxText) data parallelism is not a loss per
+    device: the micro-batch is one global array sharded over the devices' batch axis, and the loss
+    and its gradient are one global computation, so the loss's normaliser counts the micro-batch of
+    all ranks. At level 5 each rank holds its part ``x_r`` of micro-batch ``j``; the at-scale form
+    gathers ``X_j = concat_r x_r`` (rank order; rows of any count), computes ``L_j = loss(X_j)``
+    and returns ``W L_j`` with the gradient flowing through this rank's rows only. The harness
+    averages the ranks' gradients as DDP does, ``(1/W) sum_r W dL_j/dx_r dx_r/dtheta = dL_j/dtheta``:
+    the SPMD gradient of micro-batch ``j`` exactly. ``loss(logp, old_logp, advantages, mask)`` is
+    called with torch tensors (a JAX loss behind :func:`~.frameworks.jax_loss`); the wrapper takes
+    ``rank``, ``world_size`` and ``process_group`` from :data:`GLOBALS`.
+
+    >>> mean = spmd_loss(lambda lp, old, adv, mask: (lp * mask).sum() / mask.sum())
+    >>> lp = torch.ones(1, 2, requires_grad=True)
+    >>> mean(lp, lp.detach(), torch.ones(1), torch.ones(1, 2), rank=0, world_size=1, process_group=None)
+    tensor(1., grad_fn=<MulBackward0>)
+    """
+
+    def at_scale(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        rank: int,
+        world_size: int,
+        process_group: ProcessGroup | None,
+    ) -> torch.Tensor:
+        gathered = [
+            _gather_rows(x, rank, world_size, process_group) for x in (logp, old_logp, advantages, mask)
+        ]
+        out = loss(*gathered)
+        value = out[0] if isinstance(out, tuple | list) else out
+        return value * world_size
+
+    name = getattr(loss, "__name__", "loss")
+    at_scale.__name__ = at_scale.__qualname__ = f"spmd[{name}]"
+    at_scale.__sigma_ref_framework__ = "torch"  # type: ignore[attr-defined]  # torch glue: never re-bridged
+    return at_scale
 
 
 # ---------------------------------------------------------------------------
@@ -483,11 +555,14 @@ _LOSS_VOCABULARY: tuple[str, ...] = (*GLOBALS, *LOSS_EXTRAS, *PACKING_INPUTS)
 
 
 def _resolve(
-    impl: str, layout: str | None, loss: str | None, output: str | int | None = None
+    impl: str, layout: str | None, loss: str | None, output: str | int | None = None, framework: str = "auto"
 ) -> tuple[Adapter, _Fn | None]:
     """The Adapter of ``impl`` (:func:`~.adapter.load_adapter`, as the suite builds it) and the loss
-    (``loss``, else the Adapter's; None: the advantages alone are checked)."""
-    adapter = load_adapter(impl, layout=layout, loss=loss, output=output)
+    (``loss``, else the Adapter's; None: the advantages alone are checked). ``framework``: JAX code
+    goes behind the bridge (:func:`~.frameworks.on_framework`), as at levels 0 to 4."""
+    from .frameworks import on_framework
+
+    adapter = on_framework(load_adapter(impl, layout=layout, loss=loss, output=output), framework)
     if adapter.layout == "keep-mask":
         raise ValueError(
             "layout 'keep-mask' is a dynamic-sampling filter: level 5 checks advantages and a loss, "
@@ -546,6 +621,7 @@ class _JobConfig(TypedDict):
     advantage_scale: str
     advantage_scale_on: str
     aggregation_constant: float | None
+    framework: str
 
 
 class _LaunchConfig(TypedDict):
@@ -643,7 +719,7 @@ def _run_job(
     batch = _job_batch(job["seed"], _n_groups(W, job["sizes"]), job["mask_truncated"])
     generation = _outside_counts(job, _n_groups(W, job["sizes"]))["generation"]
     lengths = _lengths(job["seed"], _n_groups(W, job["sizes"]))
-    adapter, loss_fn = _resolve(job["impl"], job["layout"], job["loss"], job["output"])
+    adapter, loss_fn = _resolve(job["impl"], job["layout"], job["loss"], job["output"], job["framework"])
     loss_kw = [] if loss_fn is None else _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
     adv_kw = _advantage_globals(adapter)
     feats = torch.tensor(batch.feats, device=device)
@@ -1002,6 +1078,7 @@ def _analyse(
     lengths: np.ndarray | None = None,
     advantage_scale: str = "none",
     advantage_scale_on: str = "step",
+    rtol: float = _RTOL,
 ) -> list[ScaleoutResult]:
     results = []
     full = runs[(1, 1, "whole-groups")]
@@ -1055,7 +1132,7 @@ def _analyse(
     matches = [
         mode
         for mode in (*AGGREGATION_MODES, PROMPT_MEAN)
-        if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL
+        if _fit(g_full, _prediction(batch, a_full, mode))[2] <= rtol
     ]
     detected = (
         f"detected on the full batch: {matches[0]}"
@@ -1076,6 +1153,7 @@ def _analyse(
         constant,
         counts,
         advantage_scope_labels(advantage_scale, advantage_scale_on),
+        rtol=rtol,
     )
     cause = None  # a cause of the packing or the pre-scaled advantages every run confirms
     if aggregation in AGGREGATION_MODES and packing != "none" and lengths is not None:
@@ -1117,6 +1195,7 @@ def _analyse(
             constant,
             judge,
             cause,
+            rtol,
         )
     return results
 
@@ -1136,16 +1215,17 @@ def _per_split(
     constant: float | None = None,
     judge: Judge | None = None,
     cause: str | None = None,
+    rtol: float = _RTOL,
 ) -> list[ScaleoutResult]:
     results = []
     # (a) the split gradient against the same code's full-batch gradient, under both readings of
     # the trainer's accumulation scaling (measured, not declared: normalisers.readings)
     split_grad = runs[(W, M, split)]["grad"]
     assert split_grad is not None  # _per_split runs only with a loss
-    g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale)
+    g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale, rtol=rtol)
     prop = f"scaleout_gradient[W={W},M={M}]"
     c, resid, err = _fit(g, g_full)
-    if err <= _RTOL:
+    if err <= rtol:
         results.append(
             ScaleoutResult(
                 prop,
@@ -1167,7 +1247,8 @@ def _per_split(
                 prop,
                 "FAIL",
                 c,
-                named or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation),
+                named
+                or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation, rtol),
             )
         )
 
@@ -1176,7 +1257,7 @@ def _per_split(
         pred = _prediction(batch, a_full, aggregation, constant)
         cp, rp, ep = _fit(g, pred)
         prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
-        if ep <= _RTOL:
+        if ep <= rtol:
             results.append(
                 ScaleoutResult(
                     prop,
@@ -1190,10 +1271,10 @@ def _per_split(
             why = (
                 "the full-batch gradient already differs"
                 f" ({_scale(cf, rf)} the prediction; {detected}): the loss does not aggregate as declared"
-                if ef > _RTOL
+                if ef > rtol
                 else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
             )
-            countable = judge is not None and ef > _RTOL and aggregation in AGGREGATION_MODES
+            countable = judge is not None and ef > rtol and aggregation in AGGREGATION_MODES
             named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
             own = cause if cause and adv_ok and not named else None  # its class leads the line
             why += f". {named}" if named else f". {own}" if own else ""
@@ -1221,6 +1302,7 @@ def _diagnose(
     adv_ok: bool,
     loss_scale: str,
     aggregation: str | None,
+    rtol: float = _RTOL,
 ) -> str:
     """Name the bug class from the probes at (1, M), (1, M + 1) and (W, 1)."""
     if not adv_ok:
@@ -1243,7 +1325,7 @@ def _diagnose(
 
     def bad(f: _Fit | None) -> TypeGuard[_Fit]:
         """The probe ran and its gradient differs from the full batch's."""
-        return f is not None and f[2] > _RTOL
+        return f is not None and f[2] > rtol
 
     def pure(f: _Fit) -> bool:
         """One factor explains the probe's gradient."""
@@ -1353,6 +1435,8 @@ class ScaleoutJob:
     packing: str = "none"
     advantage_scale: str = "none"
     advantage_scale_on: str = "step"
+    framework: str = "auto"
+    loss_precision: str = "float64"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1409,7 +1493,9 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
             )
     if job.output is not None and not isinstance(job.output, str | int):
         raise TypeError(f"output={job.output!r} must be a key or an index (the ranks read it from a file)")
-    adapter, loss_fn = _resolve(job.advantages_target, job.layout, job.loss_target, job.output)  # fail fast
+    adapter, loss_fn = _resolve(  # fail fast (a bad --framework too)
+        job.advantages_target, job.layout, job.loss_target, job.output, job.framework
+    )
     layout = adapter.layout
     if split == "split-groups" and layout not in ("index", "token"):
         raise ValueError(
@@ -1435,6 +1521,11 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
             f"advantage_scale={job.advantage_scale!r} scales the advantages a loss gets: give a loss (--loss)"
         )
     _advantage_globals(adapter)
+    if job.loss_precision not in LOSS_PRECISION_RTOL:
+        raise ValueError(
+            f"loss_precision={job.loss_precision!r} must be one of {tuple(LOSS_PRECISION_RTOL)}: the "
+            "precision the loss computes its gradient in (tunix: float32)"
+        )
     if not isinstance(job.mask_truncated, bool):
         raise TypeError(f"mask_truncated={job.mask_truncated!r} must be a bool")
     if job.pad_value is not None and not isinstance(job.pad_value, int | float):
@@ -1473,6 +1564,7 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         "advantage_scale": job.advantage_scale,
         "advantage_scale_on": job.advantage_scale_on,
         "aggregation_constant": None if constant is None else float(constant),
+        "framework": job.framework,
     }
     return _Prepared(job, config, batch, W, Ms)
 
@@ -1549,6 +1641,7 @@ def run_scaleout_many(
                 lengths=_lengths(p.job.seed, int(p.batch.index.max()) + 1),
                 advantage_scale=p.job.advantage_scale,
                 advantage_scale_on=p.job.advantage_scale_on,
+                rtol=LOSS_PRECISION_RTOL[p.job.loss_precision],
             )
         seconds = (ended - since) + (time.monotonic() - analysed)
         reports.append(ScaleoutReport(tuple(results), W, Ms, backend, seconds))
@@ -1579,6 +1672,8 @@ def run_scaleout(
     packing: str = "none",
     advantage_scale: str = "none",
     advantage_scale_on: str = "step",
+    framework: str = "auto",
+    loss_precision: str = "float64",
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
 
@@ -1607,6 +1702,10 @@ def run_scaleout(
     ``output``: where the advantages are in the result (a key or an index, the Adapter's ``output``).
     ``loss_target=None`` (and no loss on the Adapter): only the advantages are checked.
     ``rendezvous_host``: where rank 0's store listens (default loopback only; module doc).
+    ``framework``: ``auto``, ``torch`` or ``jax``, as ``sigma-ref check --framework``: JAX code runs
+    in the ranks behind the bridge (module doc, **JAX code**). ``loss_precision``: ``float64`` or
+    ``float32``, the precision the loss computes its gradient in; every gradient comparison is made
+    at its tolerance (:data:`LOSS_PRECISION_RTOL`).
 
     Performance: one check starts W processes once (torch import, ~2-4 s each) and runs every
     configuration it needs in them: (1, 1), (W, M) and the probes (1, M), (1, M + 1), (W, 1).
@@ -1639,6 +1738,8 @@ def run_scaleout(
         packing=packing,
         advantage_scale=advantage_scale,
         advantage_scale_on=advantage_scale_on,
+        framework=framework,
+        loss_precision=loss_precision,
     )
     (report,) = run_scaleout_many(
         [job], world_size=world_size, backend=backend, rendezvous_host=rendezvous_host
