@@ -133,7 +133,9 @@ class ScaleOut:
     engine divides each micro-batch loss by them (DeepSpeed, in OpenRLHF). ``how``: the
     global information it is given, in words. ``sizes``: ``"uneven"`` (ranks and micro-batches
     hold different numbers of responses, as verl's ``use_dynamic_bsz``) or ``"equal"`` (a fixed
-    per-device batch, as TRL's ``per_device_train_batch_size``).
+    per-device batch, as TRL's ``per_device_train_batch_size``). ``loss_precision``: ``float64``, or
+    ``float32`` for a peer that computes its loss in float32 (tunix): the gradients are compared at
+    that precision's tolerance (:data:`sigma_ref.conformance.scaleout.LOSS_PRECISION_RTOL`).
 
     >>> ScaleOut("dapo", "token-mean", how="num_items_in_batch").loss_scale
     'none'
@@ -145,3 +147,4 @@ class ScaleOut:
     loss_scale: str = "none"
     how: str = ""
     sizes: str = "uneven"
+    loss_precision: str = "float64"
