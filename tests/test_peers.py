@@ -867,6 +867,30 @@ def test_scaleout_cell_on_real_processes(
     assert got == text, [r.line() for r in results]
 
 
+@pytest.mark.slow
+def test_tunix_token_mean_factor_is_the_spmd_prediction(
+    scaleout_cells: dict[tuple[str, str], tuple[str, list]],
+) -> None:
+    """tunix's token-mean cell measures the factor ``proofs/12_scale_out`` derives for one loss per
+    global micro-batch and optax.MultiSteps' mean: a token of micro-batch ``m`` weighs
+    ``N_tok / (M n_m)`` times the step's token mean, ``n_m`` the tokens of every rank's piece ``m``."""
+    from sigma_ref.conformance import scaleout
+    from sigma_ref.conformance.normalisers import token_scores
+
+    _module("tunix")
+    _, results = scaleout_cells[("tunix", "loss[token-mean]")]
+    (measured,) = [r for r in results if r.property == "scaleout_gradient[W=2,M=2]"]
+    batch = scaleout._job_batch(0, scaleout._n_groups(2, "equal"), False)
+    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
+    scores = token_scores(batch.theta, batch.feats, batch.tokens)
+    _, micro = scaleout._assignment(batch, 2, 2, "whole-groups", "equal")  # global micro-batch m
+    n_m = np.array([batch.mask[micro == m].sum() for m in micro])
+    w = batch.mask / (2 * n_m[:, None])
+    g = -np.einsum("nt,n,ntd->d", w, adv, scores)
+    ref = -np.einsum("nt,n,ntd->d", batch.mask / batch.mask.sum(), adv, scores)
+    assert measured.factor == pytest.approx(float(g @ ref / (ref @ ref)), rel=1e-6)  # float32 loss
+
+
 def test_trl_vllm_importance_sampling_ratio_is_the_oracles_weight() -> None:
     """TRL's own vLLM importance-sampling block (run as the adapter runs it) gives the oracle's
     ``importance_weights`` in each of its four modes, on ratios on both sides of the cap 3."""
