@@ -46,6 +46,13 @@ Without a loss only ``scaleout_advantages`` runs.
 the rank's shard or the micro-batch, as a trainer that folds the aggregation into the advantages
 hands them to a token-sum loss.
 
+**JAX code**: each rank puts the implementation behind the JAX bridge of levels 0 to 4
+(:func:`~.frameworks.on_framework`, ``framework`` as ``--framework``), so a JAX loss is called on
+its micro-batch like a torch one and its gradient is ``jax.value_and_grad``'s; a loss computed in
+float32 is compared at float32's tolerance (``loss_precision``, :data:`LOSS_PRECISION_RTOL`). A
+``jax.sharding`` (SPMD) trainer computes one loss on the global micro-batch of every device:
+:func:`spmd_loss` gives a loss that form (tunix's rows in the matrix).
+
 **Rendezvous**: rank 0's store listens on ``rendezvous_host`` (default ``127.0.0.1``, loopback
 only; gloo and nccl are pinned to the loopback interface too); give an interface address only for
 a run whose ranks must reach it from other hosts. ``spec/README.md`` (level 5) documents the protocol
