@@ -361,3 +361,51 @@ for scale_name, mode in NZ.ADVANTAGE_SCALE_MODES.items():
 own_ratios = {Fraction(tok_d, seq_d * int(v)) for v in L_resp}
 assert len(own_ratios) > 1  # not every response has the mean length: the weights differ
 sorted(own_ratios), Fraction(1, tok_d)
+
+# %% [markdown]
+# ## One loss on the global micro-batch (JAX SPMD, tunix)
+#
+# A `jax.sharding` trainer (tunix 0.1.7's `PeftTrainer`) shards micro-batch `m` over the ranks'
+# batch axis and computes one loss `L_m(x_0m, ..., x_(W-1)m)` on it, normalised by the counts of
+# the *global micro-batch* `n_m = sum_r n_rm`; `optax.MultiSteps` (`use_grad_mean=True`) averages
+# the `M` micro-batch gradients. At level 5 `sigma_ref.conformance.scaleout.spmd_loss` gathers the
+# micro-batch on every rank and returns `W L_m` with the gradient through the rank's own rows:
+# rank `r` holds `W dL_m/dx_rm`, DDP's mean gives `sum_r dL_m/dx_rm = dL_m/dtheta`, the SPMD
+# gradient (chain rule, any `L`). With `lambda = 1/M` the token of piece `(r, m)` then weighs
+# `N / (M n_m)` times the full batch's: exact iff every global micro-batch holds `N / M`. tunix's
+# micro-batches hold the same number of responses (`train_micro_batch_size` prompts), so its
+# sequence modes are exact; their token counts differ, so its `token-mean` is not.
+
+# %%
+th = sp.Symbol("theta")
+xs = [sp.Function(f"x_{r}")(th) for r in range(W)]
+L_m = sp.Function("L")(*xs)
+ddp_mean = sum(W * sp.diff(L_m, xs[r]) * sp.diff(xs[r], th) for r in range(W)) / W
+assert sp.simplify(ddp_mean - sp.diff(L_m, th)) == 0
+micro_count = {m: sum(n[r, m] for r in range(W)) for m in range(M)}
+spmd = sum(U[r, m] / micro_count[m] for r, m in n) / M  # lambda = 1/M, no rank average left
+for r, m in n:
+    assert sp.simplify(sp.diff(spmd, U[r, m]) * N - N / (M * micro_count[m])) == 0
+equal_micro = {
+    n[W - 1, m]: sp.Symbol("E", positive=True) - sum(n[r, m] for r in range(W - 1)) for m in range(M)
+}
+assert sp.simplify(spmd.subs(equal_micro) - full.subs(equal_micro)) == 0
+# the oracle's per-micro-batch factor, with the whole step as one rank: W = 1, the micro-batch's count
+spmd_mask = mask
+micro_of_row = torch.arange(12) // W % M  # the global micro-batch of each response: every rank's piece m
+for mode in ("token-mean", "seq-mean-token-mean"):
+    got = O.effective_weights(
+        spmd_mask,
+        mode,
+        rank=torch.zeros(12, dtype=torch.int64),
+        micro_batch=micro_of_row,
+        normaliser="micro-batch",
+        loss_scale=1.0 / M,
+    )
+    per_row = spmd_mask.sum(-1) if mode == "token-mean" else torch.ones(12, dtype=torch.float64)
+    n_m = torch.stack([per_row[micro_of_row == micro_of_row[i]].sum() for i in range(12)])
+    want = (per_row.sum() / (M * n_m))[:, None] * O.aggregation_weights(spmd_mask, mode)
+    assert torch.allclose(got, want, rtol=1e-14, atol=0), mode
+    exact = torch.allclose(got, O.aggregation_weights(spmd_mask, mode), rtol=1e-14, atol=0)
+    assert exact == (mode != "token-mean"), mode  # 4 responses per micro-batch, ragged token counts
+"SPMD + MultiSteps' mean: factor N / (M n_m); exact for equal micro-batch counts (sequences), not tokens"

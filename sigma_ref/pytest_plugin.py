@@ -382,14 +382,6 @@ def conformance_context(config: pytest.Config) -> Any:
                 progress.write("error", kind="implementation" if own else "usage", message=str(exc))
             message = route_text(config, str(exc))
             raise pytest.UsageError(f"sigma-ref: {'FAIL: ' if own else ''}{message}") from None
-        built: Any = state["context"]
-        jax_code = getattr(built.adapter.advantages, "__sigma_ref_framework__", None) == "jax"
-        if jax_code and built.scaleout is not None:  # level 5 asked for on JAX code: a usage error
-            from sigma_ref.conformance.launch import JAX_LEVEL5
-
-            if progress is not None:
-                progress.write("error", kind="usage", message=JAX_LEVEL5)
-            raise pytest.UsageError(f"sigma-ref: {route_text(config, JAX_LEVEL5)}")
         forced = config.getoption("hypothesis_seed", None)
         if forced is not None:
             state["seed"] = int(forced)
@@ -442,6 +434,7 @@ def _scaleout_options(config: pytest.Config) -> Any:
         advantage_scale=scale,
         advantage_scale_on=config.getoption("sigma_ref_advantage_scale_on", "step") or "step",
         advantage_scaler=scaler,
+        framework=config.getoption("sigma_ref_framework", None) or "auto",
     )
 
 

@@ -9,6 +9,7 @@ the seed post's adapters always run.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import subprocess
 import sys
@@ -692,7 +693,9 @@ def test_k3_in_the_loss_has_the_forward_kl_gradient(peer: str, mode: str) -> Non
 # 14: level 5, each peer's loss split over W ranks and M micro-batches with the globals it takes
 def _split_gradient(module, spec, W: int, M: int) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[no-untyped-def]
     """In one process: the gradient of the spec's at-scale loss summed over W x M pieces (each scaled
-    as the engine scales it, averaged over W as DDP does) and the W = M = 1 gradient."""
+    as the engine scales it, averaged over W as DDP does) and the W = M = 1 gradient. An SPMD loss
+    (:func:`~sigma_ref.conformance.scaleout.spmd_loss`, tunix's: it takes ``process_group``) is one
+    computation per micro-batch index over every rank's piece, as jax.sharding runs it."""
     gen = torch.Generator().manual_seed(3)
     n, t = 24, 8
     lengths = torch.randint(1, t + 1, (n,), generator=gen)
@@ -704,6 +707,21 @@ def _split_gradient(module, spec, W: int, M: int) -> tuple[torch.Tensor, torch.T
     def run(w: int, m: int) -> torch.Tensor:
         logp.grad = None
         rows = torch.arange(n).chunk(w)
+        if "process_group" in inspect.signature(fn).parameters:  # SPMD: the global micro-batch j
+            for j in range(m):
+                piece = torch.cat([r.chunk(m)[j] for r in rows])
+                out = fn(
+                    logp[piece],
+                    logp[piece].detach(),
+                    adv[piece],
+                    mask[piece],
+                    rank=0,
+                    world_size=1,
+                    process_group=None,
+                )
+                scale = 1 / m if spec.loss_scale == "mean-over-micro-batches" else 1.0
+                (out * scale).backward()
+            return logp.grad.clone()
         for r in rows:
             for piece in r.chunk(m):
                 env = {
@@ -713,8 +731,6 @@ def _split_gradient(module, spec, W: int, M: int) -> tuple[torch.Tensor, torch.T
                     "dp_size": w,
                     "micro_batches": m,
                 }
-                import inspect
-
                 kw = {k: v for k, v in env.items() if k in inspect.signature(fn).parameters}
                 out = fn(logp[piece], logp[piece].detach(), adv[piece], mask[piece], **kw)
                 scale = 1 / m if spec.loss_scale == "mean-over-micro-batches" else 1.0
@@ -745,6 +761,8 @@ SPLIT_DEPENDENT: dict[tuple[str, str], str] = {
     "sequences and ignores global_batch_info",
     ("unsloth", "bnpo"): "divides each micro-batch by its own token count (its comment: 'BNPO uses the "
     "local micro-batch token count')",
+    ("tunix", "token_mean"): "aggregate_loss divides each micro-batch by its own token count and "
+    "optax.MultiSteps averages the micro-batch gradients (the tunix row's note)",
 }
 #: At-scale losses this one-process probe cannot judge: verl's clip_cov drops the tokens it picks by
 #: covariance within the micro-batch (a random subset of the top ones) whose clip is active; on this
@@ -829,6 +847,9 @@ SCALEOUT_CELLS = [
         "FAIL ~0.904x the full-batch gradient: normaliser computed per micro-batch and divided by M in "
         "the loss",
     ),
+    ("tunix", "grpo", "pass"),
+    ("tunix", "loss[token-mean]", "FAIL ~0.96x the full-batch gradient: normaliser computed per micro-batch"),
+    ("tunix", "loss[sequence-mean-token-scale]", "pass"),
 ]
 
 
@@ -858,6 +879,30 @@ def test_scaleout_cell_on_real_processes(
     _module(peer)  # skipped with the reason when the peer is not installed
     got, results = scaleout_cells[(peer, mode)]
     assert got == text, [r.line() for r in results]
+
+
+@pytest.mark.slow
+def test_tunix_token_mean_factor_is_the_spmd_prediction(
+    scaleout_cells: dict[tuple[str, str], tuple[str, list]],
+) -> None:
+    """tunix's token-mean cell measures the factor ``proofs/12_scale_out`` derives for one loss per
+    global micro-batch and optax.MultiSteps' mean: a token of micro-batch ``m`` weighs
+    ``N_tok / (M n_m)`` times the step's token mean, ``n_m`` the tokens of every rank's piece ``m``."""
+    from sigma_ref.conformance import scaleout
+    from sigma_ref.conformance.normalisers import token_scores
+
+    _module("tunix")
+    _, results = scaleout_cells[("tunix", "loss[token-mean]")]
+    (measured,) = [r for r in results if r.property == "scaleout_gradient[W=2,M=2]"]
+    batch = scaleout._job_batch(0, scaleout._n_groups(2, "equal"), False)
+    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
+    scores = token_scores(batch.theta, batch.feats, batch.tokens)
+    _, micro = scaleout._assignment(batch, 2, 2, "whole-groups", "equal")  # global micro-batch m
+    n_m = np.array([batch.mask[micro == m].sum() for m in micro])
+    w = batch.mask / (2 * n_m[:, None])
+    g = -np.einsum("nt,n,ntd->d", w, adv, scores)
+    ref = -np.einsum("nt,n,ntd->d", batch.mask / batch.mask.sum(), adv, scores)
+    assert measured.factor == pytest.approx(float(g @ ref / (ref @ ref)), rel=1e-6)  # float32 loss
 
 
 def test_trl_vllm_importance_sampling_ratio_is_the_oracles_weight() -> None:

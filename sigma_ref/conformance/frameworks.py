@@ -9,9 +9,12 @@ gradient with ``jax.value_and_grad`` (``jax.grad`` with the value), and whose ba
 gradient to torch. So levels 0 to 4 run unchanged on JAX code, with JAX computing every value
 and every derivative the verdicts read.
 
-* Detection (:func:`detect_framework`): a ``jax.jit`` function, or a function whose code (or,
-  when its code names no array library, whose module) refers to ``jax``/``jax.numpy``/``flax``
-  and not to ``torch``, is JAX; anything else is torch. ``--framework jax|torch`` overrides it.
+* Detection (:func:`detect_framework`): a function that names its framework
+  (``__sigma_ref_framework__``, set by this bridge and by torch glue around a bridged loss such as
+  :func:`~.scaleout.spmd_loss`) is taken at its word; a ``jax.jit`` function, or a function whose
+  code (or, when its code names no array library, whose module) refers to
+  ``jax``/``jax.numpy``/``flax`` and not to ``torch``, is JAX; anything else is torch.
+  ``--framework jax|torch`` overrides it.
 * Precision: calls run under ``jax.enable_x64(True)``, so float64 probes stay float64 (jax
   without x64 would silently compute them in float32); bfloat16, float16 and float32 probes keep
   their dtype. Conversions are exact both ways (bfloat16 travels as float32, which holds it).
@@ -24,8 +27,13 @@ and every derivative the verdicts read.
   Tracing and compiling do not count against the per-call time limit (seconds on a loaded
   machine: a verdict must not depend on the load); running the compiled loss does. Advantage
   functions run eagerly, as written.
-* Level 5 (``torch.distributed`` ranks) is not yet run on JAX code: a JAX trainer shards with
-  ``jax.sharding``, not with torch's process groups (``sigma-ref check --world-size`` says so).
+* Level 5 (``sigma-ref check --world-size W --micro-batches M``) runs JAX code too: each
+  ``torch.distributed`` rank imports the implementation, puts it behind this bridge and calls it
+  on its shard, micro-batch by micro-batch, exactly as it calls torch code; the ranks' gradients
+  (``jax.value_and_grad``'s, handed to torch) are averaged as DDP averages them. That models a
+  loss written per device (``pmap``/``shard_map`` with the global counts passed in). A JAX SPMD
+  trainer (``jax.sharding``: tunix, MaxText) computes one loss on the global micro-batch instead;
+  :func:`~.scaleout.spmd_loss` gives a loss that form (``spec/adapters/tunix.py``'s ``AT_SCALE``).
 """
 
 from __future__ import annotations
@@ -89,6 +97,9 @@ def detect_framework(fn: Any) -> str:
     >>> detect_framework(adv), detect_framework(torch.mean)
     ('jax', 'torch')
     """
+    declared = getattr(fn, "__sigma_ref_framework__", None)  # the bridge's wrappers, spmd_loss's
+    if declared in FRAMEWORKS:
+        return str(declared)
     if _package(type(fn)) in ("jax", "jaxlib"):  # jax.jit's wrapper
         return "jax"
     target = inspect.unwrap(getattr(fn, "__func__", fn))
@@ -380,8 +391,8 @@ def on_framework(adapter: Adapter, framework: str = "auto") -> Adapter:
         return adapter
 
     def bridged(fn: Callable[..., Any] | None, wrap: Callable[..., Any]) -> Callable[..., Any] | None:
-        if fn is None or getattr(fn, "__sigma_ref_framework__", None) == "jax":
-            return fn
+        if fn is None or getattr(fn, "__sigma_ref_framework__", None) in FRAMEWORKS:
+            return fn  # bridged already, or torch glue around a bridged function
         if framework == "auto" and detect_framework(fn) != "jax":
             return fn
         _jax()  # a clear error when jax is missing

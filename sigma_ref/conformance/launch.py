@@ -57,7 +57,8 @@ class ScaleoutOptions:
     Adapter's own); ``world_size`` W; ``micro_batches``: every M checked; ``split``, ``loss_scale``,
     ``timeout``, ``backend``, ``rendezvous_host``, ``seed``, and the normaliser patterns' ``sizes``,
     ``steps_per_generation``, ``mask_truncated``, ``pad_value``, ``packing``, ``advantage_scale``,
-    ``advantage_scale_on``, ``advantage_scaler``: :func:`~.scaleout.run_scaleout`'s.
+    ``advantage_scale_on``, ``advantage_scaler``, ``framework`` (``auto``, ``torch``, ``jax``: JAX
+    code runs in the ranks behind the bridge of levels 0 to 4): :func:`~.scaleout.run_scaleout`'s.
     """
 
     impl: str | None = None
@@ -80,6 +81,7 @@ class ScaleoutOptions:
     advantage_scale: str = "none"
     advantage_scale_on: str = "step"
     advantage_scaler: str | None = None
+    framework: str = "auto"
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -131,12 +133,6 @@ def check_options(opts: ScaleoutOptions, loss: Any) -> None:
             )
 
 
-JAX_LEVEL5 = (
-    "level 5 (--world-size, --micro-batches) runs torch.distributed ranks and is not yet available for "
-    "JAX code (its data parallelism is jax.sharding's); drop those options to run levels 0-4"
-)
-
-
 def scaleout_report(ctx: Context) -> ScaleoutReport:
     """The level-5 report of ``ctx`` (``ctx.scaleout`` must be set): run once, then kept in its memo.
 
@@ -152,8 +148,6 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
     if opts is None:
         raise ValueError("the context has no scale-out options (ScaleoutOptions): level 5 was not asked for")
     memo = ctx.memo
-    if "scaleout" not in memo and getattr(ctx.adapter.advantages, "__sigma_ref_framework__", None) == "jax":
-        memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {JAX_LEVEL5}", opts.describe()))
     if "scaleout" not in memo:
         adapter = ctx.adapter
         aggregation = None if adapter.aggregation is None else resolve_aggregation(adapter.aggregation)
@@ -162,11 +156,6 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
             impl, layout = _ORACLE_ADVANTAGES, "index"
             if loss is None:
                 loss, aggregation = _ORACLE_LOSS, aggregation or "token-mean"
-        precision = "float64"
-        if adapter.loss is not None:  # the gradient is held to the prediction at the loss's own precision
-            from .loss_precision import loss_precision
-
-            precision = loss_precision(ctx).judged
         try:
             memo["scaleout"] = run_scaleout(
                 impl,
@@ -191,7 +180,8 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
                 advantage_scale=opts.advantage_scale,
                 advantage_scale_on=opts.advantage_scale_on,
                 advantage_scaler=opts.advantage_scaler,
-                loss_precision=precision,
+                framework=opts.framework,
+                loss_precision=_loss_precision(ctx),
             )
         except (ValueError, TypeError) as exc:
             memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {exc}", opts.describe()))
@@ -200,6 +190,16 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
         raise PropertyFailure(found.finding)
     assert isinstance(found, ScaleoutReport)
     return found
+
+
+def _loss_precision(ctx: Context) -> str:
+    """The working precision level 5 judges the loss's gradients at: the one levels 0 to 4 judge it
+    at (:func:`~.loss_precision.loss_precision`: declared, or measured by the linearity probe)."""
+    from .loss_precision import loss_precision
+
+    if ctx.adapter.loss is None:
+        return "float64"
+    return loss_precision(ctx).judged
 
 
 def scaleout_results(ctx: Context, name: str) -> tuple[ScaleoutResult, ...]:

@@ -85,7 +85,8 @@ SIZES: tuple[str, ...] = SPLIT_SIZES
 READINGS: tuple[str, ...] = LOSS_SCALES
 
 #: Relative tolerance of a match: float64 throughout, only summation order separates an exact
-#: prediction from the measured gradient (the scale-out check's own ``_RTOL``).
+#: prediction from the measured gradient (the scale-out check's own ``_RTOL``; a loss computed in
+#: float32 is matched at the scale-out check's float32 tolerance, passed as ``rtol``).
 _RTOL = 1e-8
 
 
@@ -349,8 +350,8 @@ def hypothesis_gradient(
 Assign = Callable[[int, int, str], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]
 
 
-def _close(g: np.ndarray, pred: np.ndarray) -> bool:
-    return float(np.linalg.norm(g - pred)) <= _RTOL * max(float(np.linalg.norm(pred)), 1e-300)
+def _close(g: np.ndarray, pred: np.ndarray, rtol: float = _RTOL) -> bool:
+    return float(np.linalg.norm(g - pred)) <= rtol * max(float(np.linalg.norm(pred)), 1e-300)
 
 
 def identify(
@@ -364,6 +365,7 @@ def identify(
     constant: float | None = None,
     counts: Mapping[str, tuple[float, float]] | None = None,
     candidates: Sequence[Hypothesis] = HYPOTHESES,
+    rtol: float = _RTOL,
 ) -> list[Hypothesis]:
     """The hypotheses whose predicted gradient equals the measured one at *every* configuration.
 
@@ -392,7 +394,7 @@ def identify(
                 constant=constant,
                 counts=counts,
             )
-            if not _close(np.asarray(g, dtype=np.float64), pred):
+            if not _close(np.asarray(g, dtype=np.float64), pred, rtol):
                 ok = False
                 break
         if ok:
@@ -416,7 +418,7 @@ _NEEDS = {
 
 
 def judge_reading(
-    grad: npt.ArrayLike, reference: npt.ArrayLike, micro_batches: int, declared: str
+    grad: npt.ArrayLike, reference: npt.ArrayLike, micro_batches: int, declared: str, *, rtol: float = _RTOL
 ) -> tuple[np.ndarray, str, str]:
     """The gradient under the reading the loss is right under, that reading, and the words for a report.
 
@@ -432,7 +434,7 @@ def judge_reading(
     ref = np.asarray(reference, dtype=np.float64)
     if micro_batches == 1:
         return reads[declared], declared, ""
-    right = [r for r in READINGS if _rel(reads[r], ref) <= _RTOL]
+    right = [r for r in READINGS if _rel(reads[r], ref) <= rtol]
     if not right:
         return reads[declared], declared, ""
     reading = declared if declared in right else right[0]
@@ -465,6 +467,8 @@ class Judge:
     counts: Mapping[str, tuple[float, float]] | None = None
     #: hypothesis name -> (label, why) where the pattern has its own words (:func:`advantage_scope_labels`)
     relabel: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    #: relative tolerance of a match (the loss's working precision's: :data:`_RTOL` for float64)
+    rtol: float = _RTOL
 
     def _found(
         self,
@@ -488,6 +492,7 @@ class Judge:
             constant=self.constant,
             counts=self.counts,
             candidates=HYPOTHESES[2:],
+            rtol=self.rtol,
         )
         return found, list(grads)
 

@@ -46,6 +46,13 @@ Without a loss only ``scaleout_advantages`` runs.
 the rank's shard or the micro-batch, as a trainer that folds the aggregation into the advantages
 hands them to a token-sum loss.
 
+**JAX code**: each rank puts the implementation behind the JAX bridge of levels 0 to 4
+(:func:`~.frameworks.on_framework`, ``framework`` as ``--framework``), so a JAX loss is called on
+its micro-batch like a torch one and its gradient is ``jax.value_and_grad``'s; a loss computed in
+float32 is compared at float32's tolerance (``loss_precision``, :data:`LOSS_PRECISION_RTOL`). A
+``jax.sharding`` (SPMD) trainer computes one loss on the global micro-batch of every device:
+:func:`spmd_loss` gives a loss that form (tunix's rows in the matrix).
+
 **Rendezvous**: rank 0's store listens on ``rendezvous_host`` (default ``127.0.0.1``, loopback
 only; gloo and nccl are pinned to the loopback interface too); give an interface address only for
 a run whose ranks must reach it from other hosts. ``spec/README.md`` (level 5) documents the protocol
@@ -110,6 +117,7 @@ from .normalisers import (
     token_scores,
 )
 from .packing import PACKING_INPUTS, check_packing, pack, pack_tensor, packed_cause, packing_inputs
+from .precision import PRECISIONS
 
 __all__ = [
     "GLOBALS",
@@ -118,6 +126,7 @@ __all__ = [
     "HORIZON",
     "PACKED_CAPACITY",
     "LOSS_SCALES",
+    "LOSS_PRECISION_RTOL",
     "SPLITS",
     "ScaleoutJob",
     "ScaleoutResult",
@@ -125,6 +134,7 @@ __all__ = [
     "ScaleoutReport",
     "oracle_advantages",
     "oracle_loss",
+    "spmd_loss",
     "run_scaleout",
     "run_scaleout_many",
     "add_scaleout_arguments",
@@ -215,6 +225,13 @@ ADVANTAGE_GLOBALS: tuple[str, ...] = ("process_group", "rank", "world_size", "dp
 
 _RTOL = 1e-8  # float64 throughout: only summation order separates a correct split from the full batch
 
+#: The relative tolerance of every gradient comparison by the loss's working precision
+#: (``loss_precision``): float64, only summation order separates a correct split from the full batch
+#: (``1e-8``); a loss computed in float32 (tunix casts its log-probs, advantages and per-token loss to
+#: float32) rounds every ``A_i w_it`` to float32: 64 units of float32's roundoff ``2**-24``, the
+#: bound levels 0 to 4 read a float32 loss's gradient with (``loss_precision.py``).
+LOSS_PRECISION_RTOL: dict[str, float] = {"float64": _RTOL, "float32": 64 * PRECISIONS["float32"]}
+
 #: One configuration of a plan: (world size w, micro-batches m, split); w = 1 runs on rank 0 alone.
 _Key: TypeAlias = "tuple[int, int, str]"
 
@@ -272,6 +289,68 @@ def oracle_advantages(rewards: torch.Tensor, index: npt.ArrayLike) -> torch.Tens
 
     out: torch.Tensor = grpo_advantage(rewards, index=np.asarray(index))  # a Tensor in, a Tensor out
     return out
+
+
+def _gather_rows(x: torch.Tensor, rank: int, world_size: int, group: ProcessGroup | None) -> torch.Tensor:
+    """Every rank's ``x`` (rows of any count, same trailing shape) concatenated in rank order, this
+    rank's own rows the live tensor (its autograd path kept), the others' copies without one."""
+    import torch.distributed as dist
+
+    if world_size == 1:
+        return x
+    count = torch.tensor([x.shape[0]], dtype=torch.int64, device=x.device)
+    counts = [torch.zeros_like(count) for _ in range(world_size)]
+    dist.all_gather(counts, count, group=group)
+    most = max(int(c.item()) for c in counts)
+    padded = torch.zeros((most, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    padded[: x.shape[0]] = x.detach()
+    parts = [torch.zeros_like(padded) for _ in range(world_size)]
+    dist.all_gather(parts, padded, group=group)
+    rows = [x if r == rank else parts[r][: int(counts[r].item())] for r in range(world_size)]
+    return torch.cat(rows)
+
+
+def spmd_loss(loss: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``loss`` as a JAX SPMD trainer computes it: once, on the global micro-batch of every rank.
+
+    Under ``jax.sharding`` (tunix's ``PeftTrainer``, MaxText) data parallelism is not a loss per
+    device: the micro-batch is one global array sharded over the devices' batch axis, and the loss
+    and its gradient are one global computation, so the loss's normaliser counts the micro-batch of
+    all ranks. At level 5 each rank holds its part ``x_r`` of micro-batch ``j``; the at-scale form
+    gathers ``X_j = concat_r x_r`` (rank order; rows of any count), computes ``L_j = loss(X_j)``
+    and returns ``W L_j`` with the gradient flowing through this rank's rows only. The harness
+    averages the ranks' gradients as DDP does, ``(1/W) sum_r W dL_j/dx_r dx_r/dtheta = dL_j/dtheta``:
+    the SPMD gradient of micro-batch ``j`` exactly. ``loss(logp, old_logp, advantages, mask)`` is
+    called with torch tensors (a JAX loss behind :func:`~.frameworks.jax_loss`); the wrapper takes
+    ``rank``, ``world_size`` and ``process_group`` from :data:`GLOBALS`.
+
+    >>> mean = spmd_loss(lambda lp, old, adv, mask: (lp * mask).sum() / mask.sum())
+    >>> lp = torch.ones(1, 2, requires_grad=True)
+    >>> mean(lp, lp.detach(), torch.ones(1), torch.ones(1, 2), rank=0, world_size=1, process_group=None)
+    tensor(1., grad_fn=<MulBackward0>)
+    """
+
+    def at_scale(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        rank: int,
+        world_size: int,
+        process_group: ProcessGroup | None,
+    ) -> torch.Tensor:
+        gathered = [
+            _gather_rows(x, rank, world_size, process_group) for x in (logp, old_logp, advantages, mask)
+        ]
+        out = loss(*gathered)
+        value = out[0] if isinstance(out, tuple | list) else out
+        return value * world_size
+
+    name = getattr(loss, "__name__", "loss")
+    at_scale.__name__ = at_scale.__qualname__ = f"spmd[{name}]"
+    at_scale.__sigma_ref_framework__ = "torch"  # type: ignore[attr-defined]  # torch glue: never re-bridged
+    return at_scale
 
 
 # ---------------------------------------------------------------------------
@@ -420,12 +499,12 @@ def prediction_rtol(loss_precision: str) -> float:
     >>> prediction_rtol("float64"), prediction_rtol("float32")
     (1e-08, 3.814697265625e-06)
     """
-    if loss_precision not in ("float64", "float32"):
+    if loss_precision not in LOSS_PRECISION_RTOL:
         raise ValueError(
-            f"loss_precision={loss_precision!r} must be 'float64' or 'float32' (a loss's working precision; "
-            "levels 0-4 judge coarser ones at float32)"
+            f"loss_precision={loss_precision!r} must be one of {tuple(LOSS_PRECISION_RTOL)} (a loss's "
+            "working precision; levels 0-4 judge coarser ones at float32)"
         )
-    return _RTOL if loss_precision == "float64" else _F32_RTOL
+    return LOSS_PRECISION_RTOL[loss_precision]
 
 
 def _counts(mask: np.ndarray) -> tuple[int, int]:
@@ -519,11 +598,14 @@ _LOSS_VOCABULARY: tuple[str, ...] = (*GLOBALS, *LOSS_EXTRAS, *PACKING_INPUTS)
 
 
 def _resolve(
-    impl: str, layout: str | None, loss: str | None, output: str | int | None = None
+    impl: str, layout: str | None, loss: str | None, output: str | int | None = None, framework: str = "auto"
 ) -> tuple[Adapter, _Fn | None]:
     """The Adapter of ``impl`` (:func:`~.adapter.load_adapter`, as the suite builds it) and the loss
-    (``loss``, else the Adapter's; None: the advantages alone are checked)."""
-    adapter = load_adapter(impl, layout=layout, loss=loss, output=output)
+    (``loss``, else the Adapter's; None: the advantages alone are checked). ``framework``: JAX code
+    goes behind the bridge (:func:`~.frameworks.on_framework`), as at levels 0 to 4."""
+    from .frameworks import on_framework
+
+    adapter = on_framework(load_adapter(impl, layout=layout, loss=loss, output=output), framework)
     if adapter.layout == "keep-mask":
         raise ValueError(
             "layout 'keep-mask' is a dynamic-sampling filter: level 5 checks advantages and a loss, "
@@ -583,6 +665,7 @@ class _JobConfig(TypedDict):
     advantage_scale_on: str
     advantage_scaler: str | None
     aggregation_constant: float | None
+    framework: str
 
 
 class _LaunchConfig(TypedDict):
@@ -680,7 +763,7 @@ def _run_job(
     batch = _job_batch(job["seed"], _n_groups(W, job["sizes"]), job["mask_truncated"])
     generation = _outside_counts(job, _n_groups(W, job["sizes"]))["generation"]
     lengths = _lengths(job["seed"], _n_groups(W, job["sizes"]))
-    adapter, loss_fn = _resolve(job["impl"], job["layout"], job["loss"], job["output"])
+    adapter, loss_fn = _resolve(job["impl"], job["layout"], job["loss"], job["output"], job["framework"])
     loss_kw = [] if loss_fn is None else _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
     adv_kw = _advantage_globals(adapter)
     scaler_target = job["advantage_scaler"]
@@ -1126,6 +1209,7 @@ def _analyse(
         constant,
         counts,
         advantage_scope_labels(advantage_scale, advantage_scale_on),
+        rtol=pred_rtol,
     )
     cause = None  # a cause of the packing or the pre-scaled advantages every run confirms
     if aggregation in AGGREGATION_MODES and packing != "none" and lengths is not None:
@@ -1173,7 +1257,7 @@ def _analyse(
 
 
 #: float32's tolerance (:func:`prediction_rtol`): a float64 loss off by no more is off by roundings.
-_F32_RTOL = 64 * 2.0**-24
+_F32_RTOL = LOSS_PRECISION_RTOL["float32"]
 
 
 def _rounding_level(c: float, err: float, rtol: float) -> bool:
@@ -1212,7 +1296,7 @@ def _per_split(
     # the trainer's accumulation scaling (measured, not declared: normalisers.readings)
     split_grad = runs[(W, M, split)]["grad"]
     assert split_grad is not None  # _per_split runs only with a loss
-    g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale)
+    g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale, rtol=pred_rtol)
     prop = f"scaleout_gradient[W={W},M={M}]"
     c, resid, err = _fit(g, g_full)
     if err <= pred_rtol:  # the same code split and whole: only its working precision's roundings differ
@@ -1437,6 +1521,7 @@ class ScaleoutJob:
     advantage_scale: str = "none"
     advantage_scale_on: str = "step"
     advantage_scaler: str | None = None
+    framework: str = "auto"
     loss_precision: str = "float64"
 
 
@@ -1494,7 +1579,9 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
             )
     if job.output is not None and not isinstance(job.output, str | int):
         raise TypeError(f"output={job.output!r} must be a key or an index (the ranks read it from a file)")
-    adapter, loss_fn = _resolve(job.advantages_target, job.layout, job.loss_target, job.output)  # fail fast
+    adapter, loss_fn = _resolve(  # fail fast (a bad --framework too)
+        job.advantages_target, job.layout, job.loss_target, job.output, job.framework
+    )
     layout = adapter.layout
     if split == "split-groups" and layout not in ("index", "token"):
         raise ValueError(
@@ -1519,7 +1606,6 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         raise ValueError(
             f"advantage_scale={job.advantage_scale!r} scales the advantages a loss gets: give a loss (--loss)"
         )
-    prediction_rtol(job.loss_precision)  # validates
     if job.advantage_scaler is not None:
         if not isinstance(job.advantage_scaler, str):
             raise TypeError(
@@ -1538,6 +1624,11 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
             )
         load_object(job.advantage_scaler, what="advantage_scaler")  # fail fast
     _advantage_globals(adapter)
+    if job.loss_precision not in LOSS_PRECISION_RTOL:
+        raise ValueError(
+            f"loss_precision={job.loss_precision!r} must be one of {tuple(LOSS_PRECISION_RTOL)}: the "
+            "precision the loss computes its gradient in (tunix: float32)"
+        )
     if not isinstance(job.mask_truncated, bool):
         raise TypeError(f"mask_truncated={job.mask_truncated!r} must be a bool")
     if job.pad_value is not None and not isinstance(job.pad_value, int | float):
@@ -1577,6 +1668,7 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         "advantage_scale_on": job.advantage_scale_on,
         "advantage_scaler": job.advantage_scaler,
         "aggregation_constant": None if constant is None else float(constant),
+        "framework": job.framework,
     }
     return _Prepared(job, config, batch, W, Ms)
 
@@ -1685,6 +1777,7 @@ def run_scaleout(
     advantage_scale: str = "none",
     advantage_scale_on: str = "step",
     advantage_scaler: str | None = None,
+    framework: str = "auto",
     loss_precision: str = "float64",
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
@@ -1710,15 +1803,16 @@ def run_scaleout(
     ``advantage_scale_on`` (``step``, ``rank``, ``micro-batch``); the loss is then a token sum.
     ``advantage_scaler``: instead, the trainer's own pre-scaling function (``pkg.module:attr``,
     :func:`~.normalisers.call_advantage_scaler`), called on the mask of ``advantage_scale_on``'s batch.
-    ``loss_precision``: the loss's working precision (``float64`` or ``float32``, as levels 0-4
-    measure it, :mod:`~.loss_precision`): the gradient is held to the full batch's and to the
-    aggregation's prediction within :func:`prediction_rtol`.
     ``loss_scale``: the trainer's reading as the user declares it (module doc); the check measures
     both readings and judges the one the loss is right under (the declaration is reported). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
     ``output``: where the advantages are in the result (a key or an index, the Adapter's ``output``).
     ``loss_target=None`` (and no loss on the Adapter): only the advantages are checked.
     ``rendezvous_host``: where rank 0's store listens (default loopback only; module doc).
+    ``framework``: ``auto``, ``torch`` or ``jax``, as ``sigma-ref check --framework``: JAX code runs
+    in the ranks behind the bridge (module doc, **JAX code**). ``loss_precision``: ``float64`` or
+    ``float32``, the precision the loss computes its gradient in; every gradient comparison is made
+    at its tolerance (:data:`LOSS_PRECISION_RTOL`).
 
     Performance: one check starts W processes once (torch import, ~2-4 s each) and runs every
     configuration it needs in them: (1, 1), (W, M) and the probes (1, M), (1, M + 1), (W, 1).
@@ -1752,6 +1846,7 @@ def run_scaleout(
         advantage_scale=advantage_scale,
         advantage_scale_on=advantage_scale_on,
         advantage_scaler=advantage_scaler,
+        framework=framework,
         loss_precision=loss_precision,
     )
     (report,) = run_scaleout_many(

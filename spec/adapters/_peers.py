@@ -137,8 +137,9 @@ class ScaleOut:
     ``AT_SCALE`` holding the trainer's own advantage pre-scaling (``--advantage-scaler``,
     :func:`~sigma_ref.conformance.normalisers.call_advantage_scaler`), run on the optimizer step's
     mask before the loss (a token sum) gets the advantages; ``None``: the loss gets them as they are.
-    ``loss_precision``: the loss's working precision (``float32`` for a ratio taken in float32): the
-    gradient is held to the prediction within :func:`~sigma_ref.conformance.scaleout.prediction_rtol`.
+    ``loss_precision``: ``float64``, or ``float32`` for a peer that computes its loss (or its ratio,
+    SkyRL) in float32 (tunix): the gradients are compared at that precision's tolerance
+    (:data:`sigma_ref.conformance.scaleout.LOSS_PRECISION_RTOL`).
 
     >>> ScaleOut("dapo", "token-mean", how="num_items_in_batch").loss_scale
     'none'

@@ -34,6 +34,32 @@ token, ``T`` the padded length), as the suite measures it:
 * ``sequence-mean-token-sum-norm``: ``1 / N_seq`` by default (``norm`` = the non-empty rows), i.e.
   verl's *seq-mean-token-sum*, not verl's seq-mean-token-sum-norm (which divides by ``N_seq C``).
 
+Level 5 (:data:`SCALEOUT`, :data:`AT_SCALE`): how tunix 0.1.7 trains a step, read from its code
+(paths under ``site-packages``):
+
+* micro-batches: ``RLTrainingConfig`` sets ``gradient_accumulation_steps = mini_batch_size //
+  train_micro_batch_size`` (``tunix/rl/rl_cluster.py:140``; it refuses a user value, :121) and the
+  learner cuts the batch into micro-batches of ``train_micro_batch_size`` prompts
+  (``tunix/rl/rl_learner.py:572``): equal sizes, one ``train_step`` each;
+* accumulation: ``PeftTrainer`` wraps the optimizer in ``optax.MultiSteps(optimizer,
+  gradient_accumulation_steps)`` (``tunix/sft/peft_trainer.py:213``), whose ``use_grad_mean=True``
+  default (``optax/transforms/_accumulation.py:266``, optax 0.2.8) *averages* the micro-batch
+  gradients (:307): ``loss_scale="mean-over-micro-batches"``;
+* data parallelism: ``sharding_utils.shard_input`` (``peft_trainer.py:665``) makes the micro-batch
+  one global array sharded over the mesh's batch axis (``tunix/sft/sharding_utils.py:69``), and
+  ``nnx.value_and_grad`` runs the loss once on it (``peft_trainer.py:352``): no loss per device, so
+  the normaliser counts the micro-batch of every rank. The at-scale losses are therefore
+  :func:`~sigma_ref.conformance.scaleout.spmd_loss` around the bridged ``grpo_loss_fn``;
+* precision: ``grpo_loss_fn`` casts log-probs and advantages to float32 (``tunix/rl/algo_core.py:399,
+  401``): the gradients are compared at float32's tolerance (``loss_precision="float32"``).
+
+So each mode's normaliser is counted per (global) micro-batch and the micro-batch gradients are
+averaged. That is the step's aggregation exactly when every micro-batch holds the same count: the
+sequence modes (``N_seq`` = ``train_micro_batch_size x num_generations`` responses, every one with a
+token) pass; ``token-mean`` (``tunix/rl/common.py:554``: "average by total number of completion
+tokens", of the micro-batch) gives a mean of per-micro-batch token means, whose token counts differ:
+FAIL whenever ``train_micro_batch_size < mini_batch_size``, exact without accumulation.
+
 >>> sorted(ADAPTERS)[:3]
 ['drgrpo', 'grpo', 'loss[seq-mean-token-sum]']
 """
@@ -48,6 +74,7 @@ from typing import Any
 from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.adapter import ALL_DTYPES
 from sigma_ref.conformance.frameworks import jax_function, jax_loss
+from sigma_ref.conformance.scaleout import spmd_loss
 
 from ._peers import Peer, ScaleOut, lazy
 
@@ -59,6 +86,7 @@ __all__ = [
     "AGGREGATION_MODES",
     "NOTES",
     "SCALEOUT",
+    "AT_SCALE",
     "available",
     "unavailable",
 ]
@@ -211,9 +239,50 @@ NOTES: dict[str, str] = {
     "rewards are float64; its float16 std overflows at |R| >= 256)",
     "loss[sequence-mean-token-scale]": "tunix's name for verl's seq-mean-token-sum-norm (C = T)",
     "loss[sequence-mean-token-sum-norm]": "tunix's name for verl's seq-mean-token-sum (divides by N_seq)",
+    "loss[token-mean]": "level 5: tunix divides each micro-batch by its own token count "
+    "(tunix/rl/common.py:554, on the global micro-batch: peft_trainer.py:352) and optax.MultiSteps averages "
+    "the micro-batch gradients (peft_trainer.py:213, use_grad_mean=True): a mean of per-micro-batch token "
+    "means, not the step's token mean, whenever train_micro_batch_size < mini_batch_size",
 }
-_NOT_YET = "level 5 runs torch.distributed ranks; tunix shards with jax.sharding (not yet)"
-SCALEOUT: dict[str, ScaleOut | str] = {mode: _NOT_YET for mode in ADAPTERS}
+
+
+def _attr(mode: str) -> str:
+    """A mode as an attribute of :data:`AT_SCALE`: ``token-mean`` -> ``token_mean``."""
+    return mode.replace("-", "_")
+
+
+#: The loss of each aggregation mode in its at-scale form, as tunix trains: ``grpo_loss_fn`` once on
+#: the global micro-batch of every rank (``jax.sharding`` SPMD, :func:`~sigma_ref.conformance.scaleout.
+#: spmd_loss`); the child processes import them by name.
+AT_SCALE = types.SimpleNamespace(
+    **{_attr(mode): spmd_loss(jax_loss(_grpo_loss(mode))) for mode in AGGREGATION_MODES}
+)
+_HOW = (
+    "grpo_loss_fn once on the global micro-batch (jax.sharding SPMD), optax.MultiSteps' mean over the "
+    "mini-batch's micro-batches"
+)
+
+
+def _scaleout(mode: str) -> ScaleOut:
+    """tunix's training step at level 5: SPMD over ranks, ``optax.MultiSteps`` (mean) over micro-batches
+    of equal size (``train_micro_batch_size`` divides ``mini_batch_size``)."""
+    return ScaleOut(
+        _attr(mode),
+        AGGREGATION_MODES[mode],
+        loss_scale="mean-over-micro-batches",
+        how=_HOW,
+        sizes="equal",
+        loss_precision="float32",  # grpo_loss_fn casts log-probs, advantages and the loss to float32
+    )
+
+
+#: The level-5 column: every row's loss (the advantage rows: tunix's default mode) as tunix trains it.
+SCALEOUT: dict[str, ScaleOut | str] = {
+    mode: _scaleout(
+        mode.removeprefix("loss[").removesuffix("]") if mode.startswith("loss[") else DEFAULT_MODE
+    )
+    for mode in ADAPTERS
+}
 NOT_APPLICABLE: dict[str, str] = {
     "gae": "tunix's gae estimator is token-level PPO with a critic's values, not a group estimator",
 }

@@ -11,6 +11,13 @@ JAX bridge (``sigma_ref.conformance.frameworks``), detected from their code.
   wrong (the group-centering bug).
 * :func:`padded_mean_loss`: the surrogate averaged over every position, padding included
   (``jnp.mean(per_token_loss)``): wrong.
+
+At level 5 (``--world-size W --micro-batches M``, each rank calling the loss on its micro-batches):
+
+* :func:`global_token_mean_loss`: token-mean with the step's token count passed in
+  (``global_num_tokens``) and the ranks' average undone (``* world_size``): correct;
+* :func:`token_mean_loss` is then wrong: it divides each micro-batch by its own token count, so the
+  accumulated gradient is a mean of per-micro-batch means (normaliser computed per micro-batch).
 """
 
 from __future__ import annotations
@@ -62,3 +69,18 @@ def padded_mean_loss(
 ) -> jax.Array:
     """Meant token-mean; averages over every position, padding included."""
     return jnp.mean(_surrogate(logp, old_logp, advantages))
+
+
+def global_token_mean_loss(
+    logp: jax.Array,
+    old_logp: jax.Array,
+    advantages: jax.Array,
+    mask: jax.Array,
+    *,
+    global_num_tokens: int,
+    world_size: int,
+) -> jax.Array:
+    """Clipped surrogate, token-mean over the whole step: ``W sum(l * mask) / N_tok(step)`` per piece
+    (the pieces add up to the step's token mean; ``W`` undoes the data-parallel average)."""
+    per_token_loss = _surrogate(logp, old_logp, advantages)
+    return (per_token_loss * mask).sum() / global_num_tokens * world_size
