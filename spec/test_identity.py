@@ -334,8 +334,8 @@ def _agg_policy(n: int, seed: int) -> Policy:
 )
 def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """The per-token weights w_it = -dL/dlogp_it / A_i at ratio 1 are a known aggregation (token-mean,
-    seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum), measured on responses
-    of lengths 1 to T; a declared aggregation must match them.
+    seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum, or prompt-mean over the
+    batch's groups), measured on responses of lengths 1 to T; a declared aggregation must match them.
     """
     batch, s = ex
     pol = _agg_policy(batch.n, s)
@@ -344,7 +344,10 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     # float32 losses and the n_i + 1e-8 that verl and OpenRLHF add to each sequence's length
     rtol = 1e-6
     try:
-        found = detect_aggregation(w, pol.mask, rtol=rtol)
+        # with the batch's groups as prompts, so a prompt-mean loss is named too
+        found = detect_aggregation(
+            w, pol.mask, rtol=rtol, index=np.unique(batch.index, return_inverse=True)[1]
+        )
     except ValueError:
         found = None
     lengths = pol.mask.sum(-1).int().tolist()

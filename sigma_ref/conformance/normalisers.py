@@ -58,7 +58,7 @@ import torch
 
 from .._options import ADVANTAGE_SCALES, LOSS_SCALES, SPLIT_SIZES
 from ..conventions import AGGREGATION_MODES
-from ..objectives import aggregation_weights, effective_weights
+from ..objectives import PROMPT_MEAN, aggregation_weights, effective_weights, prompt_mean_effective_weights
 
 __all__ = [
     "SIZES",
@@ -158,6 +158,11 @@ class Hypothesis:
     computing ``s * sum_piece w(scope) l`` accumulates ``w_eff = (s / W) w(scope)``: the correct
     loss has ``s = W`` (``world = 1, micro = 0``).
 
+    Under ``prompt-mean`` (a token mean per prompt, then a mean over the P prompts) the scope is
+    that of both counts, P and each prompt's tokens, unless ``prompt_scope`` names the scope P is
+    counted over (:func:`~sigma_ref.objectives.prompt_mean_effective_weights`). ``modes``: the
+    aggregations the hypothesis applies to (empty: every one).
+
     >>> HYPOTHESES[0].name, HYPOTHESES[0].tau(2, 3)
     ('correct', 2.0)
     """
@@ -168,6 +173,17 @@ class Hypothesis:
     micro: int
     label: str
     why: str
+    prompt_scope: str = ""
+    modes: tuple[str, ...] = ()
+
+    def applies(self, mode: str, counts: Mapping[str, tuple[float, float]] | None) -> bool:
+        """Whether the hypothesis can predict a gradient of ``mode`` (a scope outside the batch needs
+        its counts; ``prompt-mean`` has none outside the batch's own mask)."""
+        if self.modes and mode not in self.modes:
+            return False
+        if self.scope in ("global", "rank", "micro-batch"):
+            return True
+        return mode != PROMPT_MEAN and counts is not None and self.scope in counts
 
     def tau(self, world_size: int, micro_batches: int) -> float:
         """The loss's scale ``W^world M^micro``."""
@@ -272,6 +288,18 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
         "with several optimizer steps per generation batch each step must be normalised by its own "
         "batch's count",
     ),
+    Hypothesis(
+        "prompt-tokens-micro-batch",
+        "micro-batch",
+        1,
+        0,
+        "prompt's tokens counted per micro-batch",
+        "each prompt's token count is taken over its rows in the micro-batch, not over the optimizer "
+        "step, so a prompt whose group straddles micro-batches is weighted as a whole prompt in each; "
+        "count each prompt's tokens over the step (all ranks, all micro-batches: prompt_num_tokens)",
+        prompt_scope="global",
+        modes=(PROMPT_MEAN,),
+    ),
 )
 
 
@@ -309,6 +337,7 @@ def hypothesis_gradient(
     micro_batches: int,
     constant: float | None = None,
     counts: Mapping[str, tuple[float, float]] | None = None,
+    index: npt.ArrayLike | None = None,
 ) -> npt.NDArray[np.float64]:
     """The gradient the hypothesis predicts under the reading ``none``: ``-sum_it w_eff_it A_i s_it``.
 
@@ -316,11 +345,31 @@ def hypothesis_gradient(
     ``tau``; a scope counted outside the batch's final mask (``generation``: the generation
     batch; ``before-mask``: the mask before truncated responses were masked) uses
     :func:`~sigma_ref.objectives.aggregation_weights` with ``counts[scope] = (tokens, responses)``.
+    ``prompt-mean`` needs ``index`` (each row's prompt) and uses
+    :func:`~sigma_ref.objectives.prompt_mean_effective_weights`.
     """
     m = torch.as_tensor(np.asarray(mask, dtype=np.float64))
     tau = hypothesis.tau(world_size, micro_batches)
     c = constant if mode == "seq-mean-token-sum-norm" else None
-    if hypothesis.scope not in ("global", "rank", "micro-batch"):
+    if hypothesis.modes and mode not in hypothesis.modes:
+        raise ValueError(f"hypothesis {hypothesis.name!r} applies to {hypothesis.modes}, not mode={mode!r}")
+    if mode == PROMPT_MEAN:
+        if index is None or hypothesis.scope not in ("global", "rank", "micro-batch"):
+            raise ValueError(
+                f"hypothesis {hypothesis.name!r} under prompt-mean needs index= (each row's prompt) and a "
+                f"scope of the batch, not {hypothesis.scope!r}"
+            )
+        w = prompt_mean_effective_weights(
+            m,
+            torch.as_tensor(np.asarray(index, dtype=np.int64)),
+            rank=torch.as_tensor(np.asarray(rank, dtype=np.int64)),
+            micro_batch=torch.as_tensor(np.asarray(micro_batch, dtype=np.int64)),
+            world_size=world_size,
+            prompts=hypothesis.prompt_scope or hypothesis.scope,  # type: ignore[arg-type]  # checked above
+            tokens=hypothesis.scope,  # type: ignore[arg-type]
+            loss_scale=tau,
+        )
+    elif hypothesis.scope not in ("global", "rank", "micro-batch"):
         if counts is None or hypothesis.scope not in counts:
             raise ValueError(
                 f"scope {hypothesis.scope!r} needs counts[{hypothesis.scope!r}] = (tokens, responses)"
@@ -362,17 +411,19 @@ def identify(
     constant: float | None = None,
     counts: Mapping[str, tuple[float, float]] | None = None,
     candidates: Sequence[Hypothesis] = HYPOTHESES,
+    index: npt.ArrayLike | None = None,
 ) -> list[Hypothesis]:
     """The hypotheses whose predicted gradient equals the measured one at *every* configuration.
 
     ``grads``: the measured gradient (reading ``none``) per configuration ``(w, m, split)``;
     ``assign`` gives each configuration's rows' ranks and micro-batches. The list is in the
     order of :data:`HYPOTHESES`; more than one means the probes cannot tell them apart. A scope
-    outside the batch (``generation``, ``before-mask``) is tried only when ``counts`` has it.
+    outside the batch (``generation``, ``before-mask``) is tried only when ``counts`` has it
+    (:meth:`Hypothesis.applies`); ``prompt-mean`` needs ``index``, each row's prompt.
     """
     found = []
     for h in candidates:
-        if h.scope not in ("global", "rank", "micro-batch") and (counts is None or h.scope not in counts):
+        if not h.applies(mode, counts):
             continue
         ok = True
         for (w, m, split), g in grads.items():
@@ -389,6 +440,7 @@ def identify(
                 micro_batches=m,
                 constant=constant,
                 counts=counts,
+                index=index,
             )
             if not _close(np.asarray(g, dtype=np.float64), pred):
                 ok = False
@@ -463,6 +515,8 @@ class Judge:
     counts: Mapping[str, tuple[float, float]] | None = None
     #: hypothesis name -> (label, why) where the pattern has its own words (:func:`advantage_scope_labels`)
     relabel: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    #: each row's prompt (group id): the ``prompt-mean`` hypotheses count per prompt
+    index: npt.NDArray[np.int64] | None = None
 
     def _found(
         self,
@@ -486,6 +540,7 @@ class Judge:
             constant=self.constant,
             counts=self.counts,
             candidates=HYPOTHESES[2:],
+            index=self.index,
         )
         return found, list(grads)
 
@@ -494,7 +549,7 @@ class Judge:
         if h.name in self.relabel:
             label, why = self.relabel[h.name]
             h = dataclasses.replace(h, label=label, why=why)
-        unit = "token" if mode == "token-mean" else "response"
+        unit = {"token-mean": "token", PROMPT_MEAN: "prompt"}.get(mode, "response")
         probes = ", ".join(f"({w}, {m})" for w, m, _ in where)
         text = (
             f"{h.why}. Confirmed: the gradient this normaliser predicts ({mode}) equals the measured one at "
