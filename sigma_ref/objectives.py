@@ -39,6 +39,7 @@ __all__ = [
     "resolve_aggregation",
     "aggregation_weights",
     "prompt_mean_weights",
+    "resolve_declared_aggregation",
     "detect_aggregation",
     "effective_weights",
     "prompt_mean_effective_weights",
@@ -164,6 +165,23 @@ def _count(value: float, name: str, what: str) -> torch.Tensor:
 
 #: The aggregation beside the five modes that needs the prompt (group) of every row.
 PROMPT_MEAN = "prompt-mean"
+
+
+def resolve_declared_aggregation(name: str) -> str:
+    """A declared aggregation: :data:`PROMPT_MEAN` (``prompt-mean`` or SkyRL's ``prompt_mean``) or a
+    mode :func:`resolve_aggregation` names; an unknown name raises ValueError listing both.
+
+    >>> resolve_declared_aggregation("prompt_mean"), resolve_declared_aggregation("dapo")
+    ('prompt-mean', 'token-mean')
+    """
+    if isinstance(name, str) and name.replace("_", "-") == PROMPT_MEAN:
+        return PROMPT_MEAN
+    try:
+        return resolve_aggregation(name)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc}; or {PROMPT_MEAN!r} (a token mean per prompt, then a mean over prompts)"
+        ) from None
 
 
 def prompt_mean_weights(mask: Any, index: Any) -> torch.Tensor:

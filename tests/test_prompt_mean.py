@@ -201,3 +201,62 @@ def test_levels_0_to_4_fill_the_prompt_globals_from_the_batchs_groups() -> None:
     assert got["prompt_num_tokens"].dtype == mask.dtype
     alone = single_process_globals(ctx, mask)  # type: ignore[arg-type]
     assert alone["global_num_prompts"] == 3 and alone["prompt_num_tokens"].tolist() == [2.0, 1.0, 3.0]
+
+
+# ---------------------------------------------------------------------------
+# prompt-mean as a declaration (--aggregation prompt-mean)
+
+
+def test_prompt_mean_is_a_declared_aggregation_beside_the_five_modes() -> None:
+    """``Adapter(aggregation="prompt-mean")`` is accepted; a constant with it or an unknown name raises
+    naming prompt-mean; it is no objective's aggregation (a usage error says what to do)."""
+    from sigma_ref.conformance.adapter import load_adapter
+    from sigma_ref.conformance.session import declare_objective
+    from tests.gallery import normalisers as gallery
+
+    adv = "sigma_ref.conformance.scaleout:oracle_advantages"
+    assert O.resolve_declared_aggregation("prompt_mean") == O.PROMPT_MEAN
+    with pytest.raises(ValueError, match="or 'prompt-mean' \\(a token mean per prompt"):
+        O.resolve_declared_aggregation("per-prompt")
+    adapter = load_adapter(adv, layout="index").replace(
+        loss=gallery.prompt_mean_loss, aggregation="prompt-mean"
+    )
+    assert adapter.aggregation == "prompt-mean"
+    with pytest.raises(
+        ValueError, match="is the C of seq-mean-token-sum-norm, but aggregation='prompt-mean'"
+    ):
+        adapter.replace(aggregation_constant=8.0)
+    with pytest.raises(ValueError, match="--objective ppo with --aggregation prompt-mean"):
+        declare_objective(adapter, "ppo", clip="0.2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("loss", "verdict"), [("prompt_mean_loss", "CONFORMANT"), ("straddling_prompt_mean", "NOT CONFORMANT")]
+)
+def test_sigma_ref_check_judges_a_declared_prompt_mean_at_scale(loss: str, verdict: str) -> None:
+    """As a user runs it: ``sigma-ref check ... --aggregation prompt-mean --world-size 2
+    --micro-batches 2,3``; levels 0 to 4 measure the declared weights over the batch's groups, level 5
+    passes the correct loss and names the straddling one's class."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, CI="true", OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    env.pop("HYPOTHESIS_PROFILE", None)
+    cmd = [
+        str(Path(sys.executable).parent / "sigma-ref"),
+        *("check", "sigma_ref.conformance.scaleout:oracle_advantages", "--layout", "index"),
+        *("--loss", f"tests.gallery.normalisers:{loss}", "--aggregation", "prompt-mean"),
+        *("--world-size", "2", "--micro-batches", "2,3"),
+    ]
+    run = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout
+    assert f"result: {verdict}" in out, out[-3000:] + run.stderr[-2000:]
+    assert "NOTE test_loss_aggregation: aggregation: prompt-mean [declared, measured]" in out, out[-3000:]
+    if verdict == "CONFORMANT":
+        assert run.returncode == 0 and "scale-out      3     0" in out, out[-3000:]
+    else:
+        assert "FAIL test_scaleout_gradient: scaleout_gradient[W=2,M=2]: prompt's tokens counted per" in out

@@ -305,9 +305,9 @@ def single_process_globals(ctx: Context, mask: torch.Tensor, index: Any = None) 
     group = one_rank_group() if "process_group" in names else None
     declared = ctx.adapter.aggregation
     if declared is not None:
-        from ..conventions import resolve_aggregation
+        from ..objectives import resolve_declared_aggregation
 
-        declared = resolve_aggregation(declared)
+        declared = resolve_declared_aggregation(declared)
     values = loss_globals(mask, process_group=group, aggregation=declared, micro_index=index)
     dtype = mask.dtype if mask.is_floating_point() else torch.float64  # per row, beside the mask
     values["prompt_num_tokens"] = values["prompt_num_tokens"].to(mask.device, dtype)

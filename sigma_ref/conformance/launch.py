@@ -131,7 +131,7 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
     :func:`~.scaleout.run_scaleout`, raised before any process starts) are a FAIL of every level-5
     property, with the reason: level 5 was asked for and cannot run.
     """
-    from ..objectives import resolve_aggregation
+    from ..objectives import resolve_declared_aggregation
     from .core import Finding, PropertyFailure
     from .scaleout import run_scaleout
 
@@ -143,7 +143,9 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
         memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {JAX_LEVEL5}", opts.describe()))
     if "scaleout" not in memo:
         adapter = ctx.adapter
-        aggregation = None if adapter.aggregation is None else resolve_aggregation(adapter.aggregation)
+        aggregation = (
+            None if adapter.aggregation is None else resolve_declared_aggregation(adapter.aggregation)
+        )
         impl, loss, layout = opts.impl, opts.loss, opts.layout
         if impl is None:  # the oracle, with its token-mean reference loss (as at levels 0-4)
             impl, layout = _ORACLE_ADVANTAGES, "index"
