@@ -5,8 +5,10 @@ takes the global quantities it needs by keyword (``sigma_ref.conformance.scaleou
 as a trainer's loss gets them from its trainer: TRL's ``num_items_in_batch`` and
 ``num_processes``, verl's ``global_batch_info`` (``dp_size``, ``batch_num_tokens``,
 ``global_batch_size``), the Hugging Face Trainer's division by the accumulation steps. Written
-from the trainers' descriptions and from reading TRL 1.16 ``GRPOTrainer._compute_loss`` and
-verl's ``agg_loss``; none is a copy.
+from the trainers' descriptions and from reading TRL 1.16 ``GRPOTrainer._compute_loss``,
+verl's ``agg_loss`` and SkyRL's ``loss_reduction="prompt_mean"``
+(``apply_loss_reduction_to_advantages_minibatch``, which needs ``global_num_prompts`` and
+``prompt_num_tokens``); none is a copy.
 
 :data:`PATTERNS` lists, for each pattern, its wrong and correct entries with the knobs the
 check runs them under (:class:`Entry`) and the class the wrong one must be named with.
