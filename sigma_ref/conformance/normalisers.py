@@ -28,7 +28,10 @@ divides, ``W / M`` when M divides on top, ``1`` without the world size, ...). Ea
 predicts the whole gradient vector ``-sum_it w_eff_it A_i grad log pi(y_it)`` at every
 configuration the check ran ((W, M) and its probes (1, M), (1, M + 1), (W, 1)); a class is
 named only when its prediction equals the measured gradient at every one of them
-(:func:`identify`), so a cause is printed only when the probes confirm it.
+(:func:`identify`), so a cause is printed only when the probes confirm it. Under ``prompt-mean``
+both of its counts (the prompts ``P`` and each prompt's tokens) are taken over the scope
+(:func:`~sigma_ref.objectives.prompt_mean_effective_weights`), and one class is its own: a
+prompt's tokens counted per micro-batch with the step's ``P``.
 
 **Aggregation folded into the advantages** (:data:`ADVANTAGE_SCALE_MODES`, ``--advantage-scale``):
 a trainer may divide each advantage by a count of its mini-batch and then take a plain token sum.

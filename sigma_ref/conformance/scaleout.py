@@ -27,7 +27,9 @@ ranks, so a loss whose pieces should add up to the global loss multiplies by the
 
 **Globals** (:data:`GLOBALS`): a loss ``loss(logp, old_logp, advantages, mask, **globals)``
 gets exactly the keyword arguments its signature names; an advantage function may ask for
-``process_group``, ``rank`` and ``world_size``.
+``process_group``, ``rank`` and ``world_size``. For ``prompt-mean`` (a token mean per prompt, then
+a mean over prompts) a loss gets the step's prompt count ``global_num_prompts`` and, per row, its
+prompt's tokens over the step ``prompt_num_tokens`` and its prompt ``prompt_index``.
 
 **Call shapes**: the advantage function is called through its :class:`~.adapter.Adapter`, as at
 levels 0 to 4 (every layout, the ``inputs``/``output`` hooks; layout ``token`` gets
