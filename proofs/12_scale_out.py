@@ -113,6 +113,42 @@ assert sp.simplify(accumulated("rank", W).subs(equal_shards) - W * full.subs(equ
 "rank: factor N/(W n_r) with lambda = 1; exact iff equal shard counts; W x with dp_size"
 
 # %% [markdown]
+# ## Re-weighted by the engine (AReaL 1.0)
+#
+# AReaL's loss (`ppo_actor_loss_fn`) is the micro-batch's token mean: the micro-batch scope. Its
+# engine (`FSDPEngine.train_batch`) multiplies piece `(r, m)`'s loss by
+# `lambda_rm = loss_weight_fn / total_loss_weight * dp_size = W n_rm / N`: `loss_weight_fn` counts
+# the piece's valid tokens `n_rm`, `compute_total_loss_weight` sums them over the rank's pieces and
+# all-reduces over the ranks (`N`), and `dp_size = W` undoes FSDP's average. A scale that depends on
+# the piece cancels the piece's own count: exact for every split and all counts. Each ingredient is
+# needed: without the all-reduce (the rank's total `n_r`) it is the per-rank normaliser with
+# `lambda = W`, factor `N / n_r`; without `dp_size` the factor is `1/W`; without the weight it is
+# the per-micro-batch normaliser with `lambda = W`, factor `N / n_rm`.
+
+# %%
+areal = sum(W * n[key] / N * U[key] / n[key] for key in U) / W
+assert sp.simplify(areal - full) == 0
+rank_total = sum(W * n[key] / shard[key[0]] * U[key] / n[key] for key in U) / W
+assert sp.simplify(rank_total - accumulated("rank", W)) == 0
+assert sp.simplify(sum(n[key] / N * U[key] / n[key] for key in U) / W - full / W) == 0
+for key in U:
+    assert sp.simplify(accumulated("micro-batch", W).diff(U[key]) * N - N / n[key]) == 0
+# the oracle: each piece's own token-mean weights times W n_rm / N, averaged over W, are the full
+# batch's token-mean weights (a ragged batch of 12 responses, W = 2 ranks, M = 3 uneven pieces)
+gen = torch.Generator().manual_seed(1)
+ragged = (torch.arange(8)[None, :] < torch.randint(0, 9, (12,), generator=gen)[:, None]).double()
+pieces = [torch.arange(0, 2), torch.arange(2, 5), torch.arange(5, 6), torch.arange(6, 9), torch.arange(9, 12)]
+pieces.insert(3, torch.arange(6, 6))  # rank 1's first micro-batch is empty (loss_weight_fn 0)
+engine_w = torch.zeros_like(ragged)
+for piece in pieces:
+    n_rm = ragged[piece].sum()
+    if n_rm > 0:  # AReaL returns logits.mean() * 0.0 for a piece without valid tokens
+        own = O.aggregation_weights(ragged[piece], "token-mean")  # the piece's token mean
+        engine_w[piece] = own * (W * n_rm / ragged.sum()) / W
+assert torch.allclose(engine_w, O.aggregation_weights(ragged, "token-mean"), rtol=1e-15, atol=0)
+"AReaL: lambda_rm = W n_rm / N with the micro-batch's token mean is exact for every split"
+
+# %% [markdown]
 # ## Constant normalisers
 #
 # `token-sum` has no count: the factor is `lambda / W` (exact iff `lambda = W`, verl's `dp_size`).

@@ -416,6 +416,17 @@ OPTIONS: tuple[Option, ...] = (
         group="scale-out",
     ),
     Option(
+        "advantage-scaler",
+        "level 5 (and the loss calls of levels 0-4): the trainer's own advantage pre-scaling function, "
+        "PKG.MODULE:ATTR, called as fn(mask, world_size=, micro_batches=, horizon=) on the float64 mask "
+        "[n, T] of the batch named by advantage-scale-on (rows rank by rank, micro-batch by micro-batch); "
+        "it returns each response's factor ([n], or [n, T] constant along a response); the token sum is "
+        "judged against the declared aggregation",
+        default=None,
+        metavar="PKG.MODULE:ATTR",
+        group="scale-out",
+    ),
+    Option(
         "advantage-scale-on",
         "level 5: the batch whose counts --advantage-scale divides by: step (the optimizer step's batch, "
         "all ranks and micro-batches), rank (this rank's shard) or micro-batch",

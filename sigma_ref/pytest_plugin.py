@@ -412,11 +412,12 @@ def _scaleout_options(config: pytest.Config) -> Any:
     M = config.getoption("sigma_ref_micro_batches", None)
     packing = config.getoption("sigma_ref_packing", "none") or "none"
     scale = config.getoption("sigma_ref_advantage_scale", "none") or "none"
+    scaler = config.getoption("sigma_ref_advantage_scaler", None)
     if W is None and M is None:
         from sigma_ref.conformance.launch import LEVEL5_ONLY
 
-        for name, value in (("packing", packing), ("advantage-scale", scale)):
-            if value != "none":
+        for name, value in (("packing", packing), ("advantage-scale", scale), ("advantage-scaler", scaler)):
+            if value not in ("none", None):
                 raise ValueError(LEVEL5_ONLY.format(option=f"--{name} {value}"))
         return None
     from sigma_ref.conformance.launch import ScaleoutOptions
@@ -440,6 +441,7 @@ def _scaleout_options(config: pytest.Config) -> Any:
         packing=packing,
         advantage_scale=scale,
         advantage_scale_on=config.getoption("sigma_ref_advantage_scale_on", "step") or "step",
+        advantage_scaler=scaler,
     )
 
 

@@ -751,6 +751,11 @@ SPLIT_DEPENDENT: dict[tuple[str, str], str] = {
 #: probe it picks none, on the designed batch of level 5 it does (the matrix's cell, on real processes).
 UNJUDGED: dict[tuple[str, str], str] = {
     ("verl", "policy_clip_cov"): "clip_cov's token choice is empty on this probe; level 5 measures it",
+    **{
+        ("areal", name): "AReaL's compute_total_loss_weight all-reduces over the process group, which one "
+        "process cannot simulate; tests/test_peers_areal_scale.py measures it on real processes"
+        for name in vars(adapter_module("areal").AT_SCALE)
+    },
 }
 
 
@@ -809,6 +814,15 @@ SCALEOUT_CELLS = [
     ("openrlhf", "kl[k3]", "pass"),
     ("openrlhf", "policy[is_correction token clip 0,2]", "pass"),
     ("unsloth", "loss[dapo]", "pass"),
+    ("skyrl", "loss[token_mean]", "pass"),
+    ("skyrl", "loss[sequence_mean]", "pass"),
+    ("skyrl", "loss[seq_mean_token_sum_norm]", "pass"),
+    ("skyrl", "policy[dual_clip]", "pass"),
+    (
+        "skyrl",
+        "loss[token_mean_legacy]",
+        "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch",
+    ),
     (
         "unsloth",
         "loss[bnpo]",

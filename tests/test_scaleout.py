@@ -461,3 +461,35 @@ def test_hung_rank_fails_within_the_timeout(started: list[subprocess.Popen]) -> 
     assert result.verdict == "FAIL"
     assert "a rank hung" in result.message and "rank 1 in the loss at W=2, M=2" in result.message
     assert_all_gone(started, 2)
+
+
+@pytest.mark.parametrize(
+    ("factor", "precision", "verdicts"),
+    [
+        (1 + 2e-8, "float64", ["pass", "WARN", "WARN"]),  # AReaL's float32 weight: rounding, not a class
+        (1 + 2e-8, "float32", ["pass", "pass", "pass"]),
+        (1 + 1e-4, "float64", ["pass", "FAIL", "FAIL"]),  # beyond float32's roundings: a real factor
+        (1 + 1e-4, "float32", ["pass", "FAIL", "FAIL"]),
+    ],
+)
+def test_a_rounding_level_gap_is_a_warning_and_the_working_precision_is_the_tolerance(
+    factor: float, precision: str, verdicts: list[str]
+) -> None:
+    """A split gradient off by float32 roundings (a float32 count or weight in a float64 loss) is a
+    WARN naming no normaliser under float64, a pass at a declared float32 working precision; a
+    1e-4 factor FAILs under both."""
+    s = _synthetic({(2, 2): factor})
+    results = scaleout._analyse(
+        s["runs"],
+        s["batch"],
+        W=2,
+        Ms=(2,),
+        split="whole-groups",
+        aggregation="token-mean",
+        loss_scale="none",
+        loss_precision=precision,
+    )
+    assert [r.verdict for r in results] == verdicts, [r.line() for r in results]
+    for r in results:
+        if r.verdict == "WARN":
+            assert "float32's rounding level" in r.message and "normaliser computed" not in r.message

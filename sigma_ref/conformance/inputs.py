@@ -195,16 +195,21 @@ def loss_keywords(ctx: Context, mask: torch.Tensor, index: Any = None) -> dict[s
 
 
 def prescaled_advantages(ctx: Context, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``adv`` as the trainer hands it to the loss under ``--advantage-scale`` (one process, one
-    micro-batch: the counts of ``mask``), else unchanged: a token-sum loss of pre-scaled advantages
-    is judged at every level under the aggregation the scaling reproduces
-    (:func:`~sigma_ref.conformance.normalisers.advantage_scales`)."""
+    """``adv`` as the trainer hands it to the loss under ``--advantage-scale`` or
+    ``--advantage-scaler`` (one process, one micro-batch: the counts of ``mask``), else unchanged:
+    a token-sum loss of pre-scaled advantages is judged at every level under the aggregation the
+    scaling reproduces (:func:`~sigma_ref.conformance.normalisers.advantage_scales`)."""
     opts = ctx.scaleout
-    if opts is None or opts.advantage_scale == "none":
+    if opts is None or (opts.advantage_scale == "none" and opts.advantage_scaler is None):
         return adv
-    from .normalisers import advantage_scales
+    from .normalisers import advantage_scales, call_advantage_scaler
 
     m = mask.detach().cpu().numpy()
+    if opts.advantage_scaler is not None:  # the trainer's own function, on this one micro-batch
+        from .adapter import load_object
+
+        factors = call_advantage_scaler(load_object(opts.advantage_scaler, what="--advantage-scaler"), m)
+        return adv * torch.as_tensor(factors, dtype=adv.dtype, device=adv.device)
     scale = advantage_scales(
         m,
         opts.advantage_scale,

@@ -369,7 +369,7 @@ def _scaleout_text(results: Sequence[Any]) -> str:
     """The scale-out cell of a level-5 run's results (module doc)."""
     failed = [r for r in results if r.verdict == "FAIL"]
     if not failed:
-        return "pass"
+        return "pass; WARN float32 rounding" if any(r.verdict == "WARN" for r in results) else "pass"
     crash = next((r for r in failed if r.property.startswith("scaleout[")), None)
     if crash is not None:
         return f"FAIL: {crash.message}"
@@ -424,6 +424,8 @@ def _scaleout_reports(cells: Sequence[tuple[types.ModuleType, Any]], *, timeout:
                 loss_scale=spec.loss_scale,
                 sizes=spec.sizes,
                 timeout=timeout,
+                advantage_scaler=None if spec.scaler is None else f"{module.__name__}:AT_SCALE.{spec.scaler}",
+                loss_precision=spec.loss_precision,
             )
     reports = run_scaleout_many(list(jobs.values()), world_size=SCALEOUT_WORLD_SIZE)
     by_run = dict(zip(jobs, reports, strict=True))

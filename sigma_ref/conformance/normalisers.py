@@ -78,6 +78,8 @@ __all__ = [
     "advantage_scales",
     "advantage_scope_labels",
     "name_advantage_scale",
+    "SCALER_GLOBALS",
+    "call_advantage_scaler",
 ]
 
 #: How a batch is cut into ranks and micro-batches (module doc; ``--split-sizes``).
@@ -741,3 +743,59 @@ def name_advantage_scale(
             "plain token sum (times world_size)"
         )
     return None
+
+
+#: Keywords an advantage scaler (``--advantage-scaler``) may declare: the shape of the split.
+SCALER_GLOBALS: tuple[str, ...] = ("world_size", "micro_batches", "horizon")
+
+
+def call_advantage_scaler(
+    scaler: Callable[..., object], mask: npt.ArrayLike, *, world_size: int = 1, micro_batches: int = 1
+) -> npt.NDArray[np.float64]:
+    """The factor ``s_i`` a trainer's own pre-scaling function gives each response (``[n]``).
+
+    ``scaler(mask, **globals)`` gets the float64 mask ``[n, T]`` of the batch it scales over, its
+    responses in the order the trainer holds them (rank by rank, micro-batch by micro-batch), and
+    the :data:`SCALER_GLOBALS` its signature names (``horizon``: T). It returns one factor per
+    response (``[n]``) or per token (``[n, T]``; a response's unmasked tokens must share one factor,
+    as every aggregation's weights do, and it is read there). The loss then gets ``s_i A_i``.
+
+    >>> call_advantage_scaler(lambda m: 1 / m.sum() * torch.ones_like(m), [[1, 1], [1, 0]]).tolist()
+    [0.3333333333333333, 0.3333333333333333]
+    """
+    import inspect
+
+    m = torch.as_tensor(np.asarray(mask, dtype=np.float64))
+    values = {"world_size": world_size, "micro_batches": micro_batches, "horizon": int(m.shape[-1])}
+    try:
+        params = inspect.signature(scaler).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    any_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    out = scaler(m, **{k: v for k, v in values.items() if any_kw or k in params})
+    if not isinstance(out, torch.Tensor | np.ndarray):
+        raise TypeError(
+            f"the advantage scaler returned {type(out).__name__}; it should return a Tensor or an array of "
+            f"shape [n] or [n, T] ({tuple(m.shape)} here): each response's factor"
+        )
+    s = torch.as_tensor(out).detach().to(torch.float64).cpu()
+    if s.shape == m.shape:
+        valid = m > 0
+        per_row = torch.where(valid, s, torch.nan).nanmean(-1).nan_to_num(0.0)
+        spread = torch.where(valid, (s - per_row[:, None]).abs(), 0.0).amax(-1)
+        if bool((spread > 1e-12 * per_row.abs().clamp(min=1e-300)).any()):
+            row = int(torch.argmax(spread))
+            raise ValueError(
+                f"the advantage scaler gave response {row} different factors along its unmasked tokens; "
+                "level 5 hands the loss one advantage per response: return one factor per response"
+            )
+        s = per_row
+    if s.shape != (m.shape[0],):
+        raise ValueError(
+            f"the advantage scaler returned shape {tuple(s.shape)}; it should return [n] or [n, T] "
+            f"({m.shape[0]} or {tuple(m.shape)} here)"
+        )
+    if not bool(torch.isfinite(s).all()):
+        raise ValueError("the advantage scaler returned a non-finite factor; every factor must be finite")
+    result: npt.NDArray[np.float64] = s.numpy()
+    return result

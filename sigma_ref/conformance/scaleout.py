@@ -96,7 +96,7 @@ from .._options import ADVANTAGE_SCALE_SCOPES
 from .._vocabulary import LOSS_SCALES, SPLITS
 from ..conventions import AGGREGATION_MODES
 from ..objectives import PROMPT_MEAN, aggregation_weights, prompt_mean_weights
-from .adapter import LAYOUTS, LOSS_EXTRAS, Adapter, Batch, load_adapter
+from .adapter import LAYOUTS, LOSS_EXTRAS, Adapter, Batch, load_adapter, load_object
 from .levels import Verdict
 from .normalisers import (
     ADVANTAGE_SCALE_MODES,
@@ -104,6 +104,7 @@ from .normalisers import (
     Judge,
     advantage_scales,
     advantage_scope_labels,
+    call_advantage_scaler,
     judge_reading,
     name_advantage_scale,
     readings,
@@ -339,7 +340,7 @@ def oracle_advantages(rewards: torch.Tensor, index: npt.ArrayLike) -> torch.Tens
 class ScaleoutResult:
     """One level-5 property's outcome.
 
-    ``property``: e.g. ``scaleout_gradient[W=2,M=2]``; ``verdict``: ``pass``, ``FAIL`` or
+    ``property``: e.g. ``scaleout_gradient[W=2,M=2]``; ``verdict``: ``pass``, ``FAIL``, ``WARN`` or
     ``NOTE`` (the suite's :data:`~.levels.Verdict`); ``factor``: the measured ``c`` (split
     gradient = ``c`` x reference), or None;
     ``message``: what was measured, and for a FAIL the bug class.
@@ -448,6 +449,41 @@ def _lengths(seed: int, n_groups: int) -> np.ndarray:
     """Each response's length as designed (before a truncation mask): the tokens packing places."""
     lengths: np.ndarray = _design_batch(seed, n_groups).mask.sum(-1).astype(np.int64)
     return lengths
+
+
+def _scope_order(
+    batch: _Batch, w: int, m: int, split: str, sizes: str, rows: np.ndarray, piece: np.ndarray, scope: str
+) -> np.ndarray:
+    """The rows of ``scope`` (``step``, ``rank``, ``micro-batch``) in the order the trainer holds
+    them: rank by rank, each rank's micro-batches in turn (``rows``/``piece``: this rank's, this
+    micro-batch's positions in them)."""
+    if scope == "micro-batch":
+        mine: np.ndarray = rows[piece]
+        return mine
+    ranks = [rows] if scope == "rank" else [_shard_rows(batch, w, r, split, sizes) for r in range(w)]
+    order = np.asarray(
+        np.concatenate([r[p] for r in ranks for p in split_pieces(len(r), m, sizes)]), np.int64
+    )
+    return order
+
+
+def prediction_rtol(loss_precision: str) -> float:
+    """The relative tolerance of the gradient against the aggregation's prediction, for a loss
+    computed at ``loss_precision``: float64's ``1e-8`` (summation order only), else ``64 u`` of the
+    precision (:mod:`~.loss_precision`'s rule: a cast on the gradient's path rounds each
+    ``A_i w_it`` once); a split's normalisers round differently from the full batch's, so the split
+    is held to the full batch within the same tolerance. A normaliser bug moves the gradient by an
+    O(1) factor, far above either.
+
+    >>> prediction_rtol("float64"), prediction_rtol("float32")
+    (1e-08, 3.814697265625e-06)
+    """
+    if loss_precision not in ("float64", "float32"):
+        raise ValueError(
+            f"loss_precision={loss_precision!r} must be 'float64' or 'float32' (a loss's working precision; "
+            "levels 0-4 judge coarser ones at float32)"
+        )
+    return _RTOL if loss_precision == "float64" else _F32_RTOL
 
 
 def _counts(mask: np.ndarray) -> tuple[int, int]:
@@ -603,6 +639,7 @@ class _JobConfig(TypedDict):
     packing: str
     advantage_scale: str
     advantage_scale_on: str
+    advantage_scaler: str | None
     aggregation_constant: float | None
 
 
@@ -704,6 +741,8 @@ def _run_job(
     adapter, loss_fn = _resolve(job["impl"], job["layout"], job["loss"], job["output"])
     loss_kw = [] if loss_fn is None else _declared(loss_fn, 4, _LOSS_VOCABULARY, "the loss")
     adv_kw = _advantage_globals(adapter)
+    scaler_target = job["advantage_scaler"]
+    scaler = None if scaler_target is None else load_object(scaler_target, what="advantage_scaler")
     feats = torch.tensor(batch.feats, device=device)
     tokens = torch.tensor(batch.tokens, device=device)
     mask = torch.tensor(batch.mask, device=device)
@@ -734,7 +773,16 @@ def _run_job(
             r = rows_t[torch.tensor(piece, device=device)]
             logp = _token_logp(theta, feats[r], tokens[r])
             piece_adv = adv[torch.tensor(piece, device=device)]
-            if job["advantage_scale"] != "none":  # the trainer folds the aggregation into the advantages
+            if scaler is not None:  # the trainer's own pre-scaling function
+                scope_rows = _scope_order(
+                    batch, w, m, split, job["sizes"], rows, piece, job["advantage_scale_on"]
+                )
+                factors = np.zeros(batch.n)
+                factors[scope_rows] = call_advantage_scaler(
+                    scaler, batch.mask[scope_rows], world_size=w, micro_batches=m
+                )
+                piece_adv = piece_adv * torch.tensor(factors[rows[piece]], device=device)
+            elif job["advantage_scale"] != "none":  # the trainer folds the aggregation into the advantages
                 scope = {"step": batch.mask, "rank": batch.mask[rows], "micro-batch": batch.mask[rows[piece]]}
                 tok, seq = _counts(scope[job["advantage_scale_on"]])
                 scale = advantage_scales(
@@ -1068,8 +1116,10 @@ def _analyse(
     lengths: np.ndarray | None = None,
     advantage_scale: str = "none",
     advantage_scale_on: str = "step",
+    loss_precision: str = "float64",
 ) -> list[ScaleoutResult]:
     results = []
+    pred_rtol = prediction_rtol(loss_precision)
     full = runs[(1, 1, "whole-groups")]
     a_full = np.asarray(full["advantages"])
     if full["grad"] is not None and not np.isfinite(np.asarray(full["grad"])).all():
@@ -1121,7 +1171,7 @@ def _analyse(
     matches = [
         mode
         for mode in (*AGGREGATION_MODES, PROMPT_MEAN)
-        if _fit(g_full, _prediction(batch, a_full, mode))[2] <= _RTOL
+        if _fit(g_full, _prediction(batch, a_full, mode))[2] <= pred_rtol
     ]
     detected = (
         f"detected on the full batch: {matches[0]}"
@@ -1184,8 +1234,27 @@ def _analyse(
             constant,
             judge,
             cause,
+            pred_rtol,
         )
     return results
+
+
+#: float32's tolerance (:func:`prediction_rtol`): a float64 loss off by no more is off by roundings.
+_F32_RTOL = 64 * 2.0**-24
+
+
+def _rounding_level(c: float, err: float, rtol: float) -> bool:
+    """A gradient beyond ``rtol`` (float64's) of its reference but within float32's roundings of it
+    (factor and error): hygiene, not a normaliser (which moves it by an O(1) factor)."""
+    return rtol < _F32_RTOL and err <= _F32_RTOL and abs(c - 1.0) <= _F32_RTOL
+
+
+def _rounding_message(reference: str, err: float) -> str:
+    return (
+        f"equals {reference} to rel. error {err:.1g} only: float32's rounding level, not float64's "
+        f"{_RTOL:g} (a count, weight or ratio rounded to float32 on the gradient's path); no normaliser "
+        "differs. Declare the loss's working precision float32 if that is its design"
+    )
 
 
 def _per_split(
@@ -1203,6 +1272,7 @@ def _per_split(
     constant: float | None = None,
     judge: Judge | None = None,
     cause: str | None = None,
+    pred_rtol: float = _RTOL,
 ) -> list[ScaleoutResult]:
     results = []
     # (a) the split gradient against the same code's full-batch gradient, under both readings of
@@ -1212,7 +1282,7 @@ def _per_split(
     g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale)
     prop = f"scaleout_gradient[W={W},M={M}]"
     c, resid, err = _fit(g, g_full)
-    if err <= _RTOL:
+    if err <= pred_rtol:  # the same code split and whole: only its working precision's roundings differ
         results.append(
             ScaleoutResult(
                 prop,
@@ -1222,6 +1292,8 @@ def _per_split(
                 f"(rel. error {err:.1g}){reading_text}",
             )
         )
+    elif _rounding_level(c, err, pred_rtol):
+        results.append(ScaleoutResult(prop, "WARN", c, _rounding_message("the full-batch gradient", err)))
     else:
         named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c, resid)
         if cause is not None and adv_ok:
@@ -1234,7 +1306,8 @@ def _per_split(
                 prop,
                 "FAIL",
                 c,
-                named or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation),
+                named
+                or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation, pred_rtol),
             )
         )
 
@@ -1243,24 +1316,33 @@ def _per_split(
         pred = _prediction(batch, a_full, aggregation, constant)
         cp, rp, ep = _fit(g, pred)
         prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
-        if ep <= _RTOL:
+        at = (
+            ""
+            if pred_rtol == _RTOL
+            else f", judged at the loss's working precision (rel. tol. {pred_rtol:.2g})"
+        )
+        if ep <= pred_rtol:
             results.append(
                 ScaleoutResult(
                     prop,
                     "pass",
                     cp,
-                    f"equals -sum_it w_it A_i grad log pi_it with global normalisers (rel. error {ep:.1g})",
+                    "equals -sum_it w_it A_i grad log pi_it with global normalisers "
+                    f"(rel. error {ep:.1g}{at})",
                 )
             )
+        elif _rounding_level(cp, ep, pred_rtol):
+            message = _rounding_message(f"the {aggregation} prediction", ep)
+            results.append(ScaleoutResult(prop, "WARN", cp, message))
         else:
             cf, rf, ef = _fit(g_full, pred)
             why = (
                 "the full-batch gradient already differs"
                 f" ({_scale(cf, rf)} the prediction; {detected}): the loss does not aggregate as declared"
-                if ef > _RTOL
+                if ef > pred_rtol
                 else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
             )
-            countable = judge is not None and ef > _RTOL and aggregation in AGGREGATION_MODES
+            countable = judge is not None and ef > pred_rtol and aggregation in AGGREGATION_MODES
             named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
             own = cause if cause and adv_ok and not named else None  # its class leads the line
             why += f". {named}" if named else f". {own}" if own else ""
@@ -1288,6 +1370,7 @@ def _diagnose(
     adv_ok: bool,
     loss_scale: str,
     aggregation: str | None,
+    rtol: float = _RTOL,
 ) -> str:
     """Name the bug class from the probes at (1, M), (1, M + 1) and (W, 1)."""
     if not adv_ok:
@@ -1310,7 +1393,7 @@ def _diagnose(
 
     def bad(f: _Fit | None) -> TypeGuard[_Fit]:
         """The probe ran and its gradient differs from the full batch's."""
-        return f is not None and f[2] > _RTOL
+        return f is not None and f[2] > rtol
 
     def pure(f: _Fit) -> bool:
         """One factor explains the probe's gradient."""
@@ -1420,6 +1503,8 @@ class ScaleoutJob:
     packing: str = "none"
     advantage_scale: str = "none"
     advantage_scale_on: str = "step"
+    advantage_scaler: str | None = None
+    loss_precision: str = "float64"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1501,6 +1586,24 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         raise ValueError(
             f"advantage_scale={job.advantage_scale!r} scales the advantages a loss gets: give a loss (--loss)"
         )
+    prediction_rtol(job.loss_precision)  # validates
+    if job.advantage_scaler is not None:
+        if not isinstance(job.advantage_scaler, str):
+            raise TypeError(
+                f"advantage_scaler={job.advantage_scaler!r} must be a 'pkg.module:attr' string: the ranks "
+                "are separate processes that import it"
+            )
+        if job.advantage_scale != "none":
+            raise ValueError(
+                f"advantage_scaler={job.advantage_scaler!r} and advantage_scale={job.advantage_scale!r} both "
+                "scale the advantages: give one (the trainer's own function, or the count it divides by)"
+            )
+        if loss_fn is None:
+            raise ValueError(
+                f"advantage_scaler={job.advantage_scaler!r} scales the advantages a loss gets: give a loss "
+                "(--loss)"
+            )
+        load_object(job.advantage_scaler, what="advantage_scaler")  # fail fast
     _advantage_globals(adapter)
     if not isinstance(job.mask_truncated, bool):
         raise TypeError(f"mask_truncated={job.mask_truncated!r} must be a bool")
@@ -1539,6 +1642,7 @@ def _prepare(job: ScaleoutJob, world_size: int) -> _Prepared:
         "packing": job.packing,
         "advantage_scale": job.advantage_scale,
         "advantage_scale_on": job.advantage_scale_on,
+        "advantage_scaler": job.advantage_scaler,
         "aggregation_constant": None if constant is None else float(constant),
     }
     return _Prepared(job, config, batch, W, Ms)
@@ -1616,6 +1720,7 @@ def run_scaleout_many(
                 lengths=_lengths(p.job.seed, int(p.batch.index.max()) + 1),
                 advantage_scale=p.job.advantage_scale,
                 advantage_scale_on=p.job.advantage_scale_on,
+                loss_precision=p.job.loss_precision,
             )
         seconds = (ended - since) + (time.monotonic() - analysed)
         reports.append(ScaleoutReport(tuple(results), W, Ms, backend, seconds))
@@ -1646,6 +1751,8 @@ def run_scaleout(
     packing: str = "none",
     advantage_scale: str = "none",
     advantage_scale_on: str = "step",
+    advantage_scaler: str | None = None,
+    loss_precision: str = "float64",
 ) -> ScaleoutReport:
     """Run the level-5 check on ``world_size`` real processes (module doc); a :class:`ScaleoutReport`.
 
@@ -1668,6 +1775,11 @@ def run_scaleout(
     the responses' boundaries by that keyword (:mod:`~.packing`). ``advantage_scale``: hand the
     loss ``s_i A_i`` (:func:`~.normalisers.advantage_scales`) with the counts of
     ``advantage_scale_on`` (``step``, ``rank``, ``micro-batch``); the loss is then a token sum.
+    ``advantage_scaler``: instead, the trainer's own pre-scaling function (``pkg.module:attr``,
+    :func:`~.normalisers.call_advantage_scaler`), called on the mask of ``advantage_scale_on``'s batch.
+    ``loss_precision``: the loss's working precision (``float64`` or ``float32``, as levels 0-4
+    measure it, :mod:`~.loss_precision`): the gradient is held to the full batch's and to the
+    aggregation's prediction within :func:`prediction_rtol`.
     ``loss_scale``: the trainer's reading as the user declares it (module doc); the check measures
     both readings and judges the one the loss is right under (the declaration is reported). A hung or crashed
     rank ends the check within ``timeout`` seconds with a FAIL; every process is killed.
@@ -1706,6 +1818,8 @@ def run_scaleout(
         packing=packing,
         advantage_scale=advantage_scale,
         advantage_scale_on=advantage_scale_on,
+        advantage_scaler=advantage_scaler,
+        loss_precision=loss_precision,
     )
     (report,) = run_scaleout_many(
         [job], world_size=world_size, backend=backend, rendezvous_host=rendezvous_host

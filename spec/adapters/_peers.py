@@ -133,7 +133,12 @@ class ScaleOut:
     engine divides each micro-batch loss by them (DeepSpeed, in OpenRLHF). ``how``: the
     global information it is given, in words. ``sizes``: ``"uneven"`` (ranks and micro-batches
     hold different numbers of responses, as verl's ``use_dynamic_bsz``) or ``"equal"`` (a fixed
-    per-device batch, as TRL's ``per_device_train_batch_size``).
+    per-device batch, as TRL's ``per_device_train_batch_size``). ``scaler``: the attribute of
+    ``AT_SCALE`` holding the trainer's own advantage pre-scaling (``--advantage-scaler``,
+    :func:`~sigma_ref.conformance.normalisers.call_advantage_scaler`), run on the optimizer step's
+    mask before the loss (a token sum) gets the advantages; ``None``: the loss gets them as they are.
+    ``loss_precision``: the loss's working precision (``float32`` for a ratio taken in float32): the
+    gradient is held to the prediction within :func:`~sigma_ref.conformance.scaleout.prediction_rtol`.
 
     >>> ScaleOut("dapo", "token-mean", how="num_items_in_batch").loss_scale
     'none'
@@ -145,3 +150,5 @@ class ScaleOut:
     loss_scale: str = "none"
     how: str = ""
     sizes: str = "uneven"
+    scaler: str | None = None
+    loss_precision: str = "float64"

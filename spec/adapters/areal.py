@@ -27,12 +27,37 @@ clip defaults of ``PPOActorConfig``: ``eps_clip`` 0.2, ``eps_clip_higher`` and `
 ``rejection_sampling`` at token level on the ratio of the trainer's (proximal) to the rollout's
 (behaviour) log-probs, ``action`` ``clamp`` (truncate the weight at 2) or ``mask`` (drop the token).
 
+Across micro-batches and ranks (level 5, :data:`SCALEOUT`, :data:`AT_SCALE`): ``ppo_actor_loss_fn``
+is the micro-batch's token mean (``functional.py:483``, ``loss_mask.count_nonzero()`` taken before
+rejection sampling's mask); AReaL's engine rescales it. ``PPOActor.ppo_update`` (``actor.py:336-364``)
+calls ``engine.train_batch(mb, loss_fn=grpo_loss_fn, loss_weight_fn=lambda x:
+x["loss_mask"].count_nonzero())`` once per mini-batch (``ppo_n_minibatches``; one optimizer step
+each); ``FSDPEngine.train_batch`` (``fsdp_engine.py:760-798``) cuts it into micro-batches by a
+token budget (``mb_spec``), takes ``total_loss_weight = compute_total_loss_weight(mb_list, loss_weight_fn,
+dp_group)`` (``engine/core/train_engine.py:30-65``: the sum of ``loss_weight_fn`` over the rank's
+micro-batches, ``dist.all_reduce`` over the data-parallel group, in float32) and scales each
+micro-batch's loss by ``local_weight / total_loss_weight * loss_multiplier`` with
+``loss_multiplier=self.parallel_helper.dp_size`` (``fsdp_engine.py:790, 2062-2064, 2120-2121``; a
+micro-batch without valid tokens gives ``logits.mean() * 0.0``); FSDP averages the gradients over
+the ``dp_size`` ranks. The step's gradient is ``(1/W) sum_rm (S_rm / n_rm)(n_rm / N) W = S / N``,
+the mini-batch's token mean whatever the split (``proofs/12_scale_out.py``, "Re-weighted by the
+engine"). The at-scale losses call ``ppo_actor_loss_fn`` and ``compute_total_loss_weight`` (AReaL's
+own, over the level-5 process group) and reproduce the inline lambda and the scaling line; the
+cells are predicted with ``token-mean`` on uneven micro-batches. ``MegatronEngine.train_batch``
+(``megatron_engine.py:936-990``) has the same arithmetic with ``loss_multiplier`` the dp size times
+the optimizer's loss scale times the micro-batch count (undoing Megatron Core's own division by
+it); the cells model the FSDP engine.
+
 >>> sorted(ADAPTERS)[:2]
 ['policy[c_clip=3]', 'policy[eps_clip_higher=0.28]']
+>>> sorted(vars(AT_SCALE))[:3]
+['c_clip_3', 'eps_clip_higher_0_28', 'importance_sampling_level_sequence']
 """
 
 from __future__ import annotations
 
+import re
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +66,7 @@ import torch
 from sigma_ref.conformance import Adapter
 from sigma_ref.objectives import Objective
 
-from ._peers import Peer, lazy, per_token
+from ._peers import Peer, ScaleOut, lazy, per_token
 
 __all__ = [
     "PEER",
@@ -50,6 +75,7 @@ __all__ = [
     "NOTES",
     "LOSS_ONLY",
     "SCALEOUT",
+    "AT_SCALE",
     "NORM_CONFIGS",
     "TRAILING",
     "available",
@@ -264,9 +290,6 @@ NOTES: dict[str, str] = {
     "mean_level/std_level to group.",
 }
 
-#: Why no level-5 cell: ``ppo_actor_loss_fn`` divides by the local token count and AReaL's engine
-#: rescales each micro-batch by ``loss_weight_fn`` over the global count, outside this function.
-_NOT_SCALED = "micro-batch weights set by AReaL's engine (loss_weight_fn); not modelled"
 #: Every ``reward_norm`` row: the deviation ``partial_trailing_group`` finds (a real one).
 TRAILING = (
     "Deviation: with N not a multiple of group_size, Normalization loops over bs // group_size groups "
@@ -276,8 +299,141 @@ TRAILING = (
 )
 NOTES.update({mode: f"{NOTES[mode]} {TRAILING}" if mode in NOTES else TRAILING for mode in NORM_CONFIGS})
 
-#: The level-5 column: every loss row's reason.
-SCALEOUT: dict[str, str] = {mode: _NOT_SCALED for mode in ADAPTERS}
+
+@lazy
+def _total_loss_weight() -> Any:
+    """AReaL's ``compute_total_loss_weight`` (``areal/engine/core/train_engine.py``)."""
+    PEER.require()
+    from areal.engine.core.train_engine import compute_total_loss_weight
+
+    return compute_total_loss_weight
+
+
+def _loss_weight(mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The PPO actor's ``loss_weight_fn``, a lambda inline in ``PPOActor.ppo_update``
+    (``areal/trainer/ppo/actor.py:363``: ``loss_weight_fn=lambda x: x["loss_mask"].count_nonzero()``):
+    the micro-batch's valid tokens.
+
+    >>> int(_loss_weight({"loss_mask": torch.tensor([[1, 1, 0], [1, 0, 0]])}))
+    3
+    """
+    return mb["loss_mask"].count_nonzero()
+
+
+def _at_scale(inner: Callable[..., torch.Tensor], rollout: bool = False) -> Callable[..., torch.Tensor]:
+    """``inner`` (a row's ``ppo_actor_loss_fn`` call, the micro-batch's token mean) scaled as AReaL's
+    FSDP engine scales it in ``train_batch`` on one of W data-parallel ranks:
+
+    ``loss_mb * local_weight / total_loss_weight * dp_size``, ``local_weight`` = ``loss_weight_fn``
+    of the micro-batch (its valid tokens ``n_rm``), ``total_loss_weight`` =
+    ``compute_total_loss_weight`` (AReaL's own function, called here): the sum of ``loss_weight_fn``
+    over the rank's micro-batches, all-reduced (SUM) over the data-parallel group, so ``N``.
+    The factor ``dp_size`` undoes FSDP's gradient average, so the step's gradient is
+    ``(1/W) sum_r sum_m (S_rm / n_rm) (n_rm / N) W = S / N``: the global token mean
+    (``proofs/12_scale_out.py``, "re-weighted by the engine").
+
+    ``compute_total_loss_weight`` reads only ``loss_weight_fn`` of each micro-batch, so the rank's
+    micro-batches are handed to it as this micro-batch's ``loss_mask`` and the rest of the rank's
+    valid tokens (``rank_num_tokens - n_rm``) as one more ``loss_mask``: the same sum. It runs once
+    per micro-batch here (AReaL runs it once per ``train_batch``, before the micro-batches): the same
+    value, and every rank calls it M times, so the collectives match.
+
+    >>> _at_scale(_DEFAULT_LOSS).__name__
+    'areal_ppo_actor_loss_fn[] x loss_weight_fn / compute_total_loss_weight x dp_size'
+    """
+
+    def scaled(
+        loss: torch.Tensor,
+        mask: torch.Tensor,
+        rank_num_tokens: int,
+        world_size: int,
+        process_group: Any,
+    ) -> torch.Tensor:
+        local = _loss_weight({"loss_mask": mask})
+        rest = torch.ones(rank_num_tokens - int(local), device=mask.device)
+        mb_list = types.SimpleNamespace(mbs=[{"loss_mask": mask}, {"loss_mask": rest}])
+        total = _total_loss_weight()(mb_list, _loss_weight, process_group)
+        # fsdp_engine.py:2062-2064 (inline in FSDPEngine._compute_logprobs_and_loss):
+        #     local_weight = loss_weight_fn(ctx.mb_input)
+        #     if local_weight == 0:
+        #         return logits.mean() * 0.0
+        if local == 0:
+            return loss * 0.0
+        # fsdp_engine.py:2120-2121, with loss_multiplier=self.parallel_helper.dp_size (fsdp_engine.py:790):
+        #     loss_scale = local_weight / total_loss_weight * loss_multiplier
+        #     return loss * loss_scale
+        # AReaL divides in float32 (compute_total_loss_weight casts the total to float32, exact for
+        # counts below 2**24); the quotient is taken here in the loss's dtype (float64 at level 5),
+        # where only summation order may separate the split gradient from the full batch's: in
+        # float32 its rounding (relative 6e-8) alone reads as a 1x "normaliser" FAIL.
+        loss_scale: torch.Tensor = local.to(loss.dtype) / total.to(loss.dtype) * world_size
+        return loss * loss_scale
+
+    if rollout:
+
+        def at_scale_rollout(
+            logp: torch.Tensor,
+            old_logp: torch.Tensor,
+            advantages: torch.Tensor,
+            mask: torch.Tensor,
+            *,
+            rank_num_tokens: int,
+            world_size: int,
+            process_group: Any,
+            rollout_logp: torch.Tensor | None = None,
+        ) -> torch.Tensor:
+            loss = inner(logp, old_logp, advantages, mask, rollout_logp=rollout_logp)
+            return scaled(loss, mask, rank_num_tokens, world_size, process_group)
+
+        fn: Callable[..., torch.Tensor] = at_scale_rollout
+    else:
+
+        def at_scale(
+            logp: torch.Tensor,
+            old_logp: torch.Tensor,
+            advantages: torch.Tensor,
+            mask: torch.Tensor,
+            *,
+            rank_num_tokens: int,
+            world_size: int,
+            process_group: Any,
+        ) -> torch.Tensor:
+            loss = inner(logp, old_logp, advantages, mask)
+            return scaled(loss, mask, rank_num_tokens, world_size, process_group)
+
+        fn = at_scale
+    fn.__name__ = f"{inner.__name__} x loss_weight_fn / compute_total_loss_weight x dp_size"
+    return fn
+
+
+def _attr(mode: str) -> str:
+    """A row's loss as an attribute of :data:`AT_SCALE`: ``policy[c_clip=3]`` -> ``c_clip_3``.
+
+    >>> _attr("policy[rejection_sampling token clamp 2]")
+    'rejection_sampling_token_clamp_2'
+    """
+    return re.sub(r"\W+", "_", mode.removeprefix("policy[").removesuffix("]")).strip("_")
+
+
+#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name):
+#: ``ppo`` (every ``reward_norm`` row's default loss) and one per ``policy[...]`` row.
+AT_SCALE = types.SimpleNamespace(
+    ppo=_at_scale(_DEFAULT_LOSS),
+    **{_attr(mode): _at_scale(_loss(**options)) for mode, (options, _objective) in POLICIES.items()},
+    **{
+        _attr(mode): _at_scale(_rejection_loss(action, REJECTION_UPPER), rollout=True)
+        for mode, (action, _objective) in _REJECTION.items()
+    },
+)
+_HOW = (
+    "loss_weight_fn (valid tokens), compute_total_loss_weight (all-reduced over dp), loss_multiplier dp_size"
+)
+#: The level-5 column: every loss row, its micro-batch token mean scaled by AReaL's engine; AReaL's
+#: micro-batches are cut by a token budget (``MicroBatchSpec.max_tokens_per_mb``): uneven sizes.
+SCALEOUT: dict[str, ScaleOut | str] = {
+    mode: ScaleOut("ppo" if mode in NORM_CONFIGS else _attr(mode), "token-mean", how=_HOW, sizes="uneven")
+    for mode in ADAPTERS
+}
 
 NOT_APPLICABLE: dict[str, str] = {
     "adv_norm": "adv_norm normalises the token advantages after AReaL's GAE inside "

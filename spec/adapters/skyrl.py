@@ -29,6 +29,13 @@ loss gets float32 log-probs and advantages, as SkyRL's workers hold them: its ra
 float64 call would return a float64 loss with a float32 gradient.
 Rows ``loss[<loss_reduction>]`` (regular PPO), ``policy[<policy_loss_type>]`` (token_mean).
 
+At scale (the level-5 column, :data:`SCALEOUT`): the trainer pre-scales each optimizer step's
+mini-batch, every rank's responses, with that same function (``trainer.py``
+``_normalize_advantages``); each worker takes the token sum of its fixed-size micro-batches and
+multiplies it by ``dp_size`` (``worker.py``, ``grad_sum_correction_factor``) before DP averages. The
+column runs SkyRL's function on the step's mask (``AT_SCALE.scale_<loss_reduction>``, level 5's
+``advantage_scaler``) and its policy loss (``AT_SCALE.<policy_loss_type>``) in each rank.
+
 >>> sorted(ADAPTERS)[:3]
 ['grpo', 'grpo[token]', 'grpo_no_std']
 """
@@ -45,9 +52,10 @@ import numpy as np
 import torch
 
 from sigma_ref.conformance import Adapter
+from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import Objective
 
-from ._peers import Peer, lazy, per_token
+from ._peers import Peer, ScaleOut, lazy, per_token
 
 __all__ = [
     "PEER",
@@ -57,6 +65,7 @@ __all__ = [
     "LOSS_ONLY",
     "OBJECTIVE_NOTES",
     "SCALEOUT",
+    "AT_SCALE",
     "LOSS_REDUCTIONS",
     "available",
     "unavailable",
@@ -276,16 +285,112 @@ _LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objectiv
 LOSS_ONLY: dict[str, tuple[str, ...]] = {f"policy[{p}]": _LOSS_PROPERTIES for p in POLICIES}
 
 NOTES: dict[str, str] = {
+    "loss[token_mean_legacy]": "Level 5 by design: SkyRL's legacy reduction divides each micro-batch by "
+    "its own token count and the micro-batch count (ppo_utils.apply_loss_reduction_to_advantages_minibatch: "
+    "'legacy token-mean that normalizes per-microbatch then averages across microbatches'), a mean of "
+    "per-micro-batch token means, not the step's token mean; token_mean is the step-wide one.",
     "maxrl": "Outside the presets: MaxRL, (R - mean_g) / (mean_g + 1e-6) (a group of one keeps R - 0).",
 }
 
-#: Why no level-5 cell: SkyRL pre-scales the advantages on the driver's whole mini-batch (its token
-#: or sequence counts) and each worker multiplies its summed loss by dp_size before DP averages
-#: (``worker.py``, ``grad_sum_correction_factor``); the pre-scaling needs the whole mini-batch's
-#: mask, which the level-5 harness does not give a rank's loss.
-_NOT_SCALED = "advantages pre-scaled on the driver's whole mini-batch; not modelled"
-#: The level-5 column: every loss row's reason (see ``_NOT_SCALED``).
-SCALEOUT: dict[str, str] = {mode: _NOT_SCALED for mode, a in ADAPTERS.items() if a.loss is not None}
+
+def _at_scale(policy: str) -> Callable[..., torch.Tensor]:
+    """One worker's micro-batch loss at scale: SkyRL's policy loss ``policy`` (a masked token sum,
+    ``reduce_loss``) of the advantages the trainer pre-scaled, times the data-parallel size.
+
+    ``worker.py`` (``forward_backward``): ``loss = policy_loss * grad_sum_correction_factor + ...``
+    with ``grad_sum_correction_factor = self.mesh_rank.dp_size``, because DP averages the gradients
+    and the pre-scaled policy losses are sums; each micro-batch's loss is back-propagated as it is
+    (no division by the micro-batches: ``loss_scale`` ``none``).
+    """
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        world_size: int,
+    ) -> torch.Tensor:
+        pu = _ppo_utils()
+        config = _config(policy, "token_mean", mask.shape[1])
+        out, _metrics = pu.PolicyLossRegistry.get(policy)(
+            logp, old_logp, per_token(advantages, mask), config, loss_mask=mask, rollout_logprobs=None
+        )
+        result: torch.Tensor = out * world_size
+        return result
+
+    loss.__name__ = f"skyrl_policy_loss_at_scale[{policy}]"
+    return loss
+
+
+def _scaler(reduction: str) -> Callable[..., torch.Tensor]:
+    """SkyRL's pre-scaling of one optimizer step's mini-batch (``trainer.py``
+    ``_normalize_advantages``: ``apply_loss_reduction_to_advantages_minibatch`` on each mini-batch,
+    every rank's responses, before the workers split it): each token's factor (unit advantages).
+
+    ``micro_batch_size`` is ``micro_train_batch_size_per_gpu``: the step's ``n`` responses over W
+    ranks of M fixed-size micro-batches (SkyRL's sizes are fixed: ``ScaleOut.sizes`` ``equal``);
+    ``max_seq_len`` the padded width, as in the loss rows.
+    """
+
+    def scale(mask: torch.Tensor, *, world_size: int, micro_batches: int) -> torch.Tensor:
+        n, width = mask.shape
+        out: torch.Tensor = _ppo_utils().apply_loss_reduction_to_advantages_minibatch(
+            advantages=torch.ones_like(mask),
+            loss_mask=mask,
+            loss_reduction=reduction,
+            micro_batch_size=n // (world_size * micro_batches),
+            max_seq_len=width,
+        )
+        return out
+
+    scale.__name__ = f"skyrl_advantage_prescaling[{reduction}]"
+    return scale
+
+
+#: The at-scale losses (``<policy>``) and SkyRL's pre-scalings (``scale_<loss_reduction>``), by name.
+AT_SCALE = types.SimpleNamespace(
+    **{policy: _at_scale(policy) for policy in ("regular", *POLICIES)},
+    **{f"scale_{reduction}": _scaler(reduction) for reduction in LOSS_REDUCTIONS},
+)
+_HOW = (
+    "advantages pre-scaled on the optimizer step's mini-batch by SkyRL's "
+    "apply_loss_reduction_to_advantages_minibatch; token-sum loss times dp_size"
+)
+#: The level-5 column: SkyRL's own pre-scaling on the step's mask, then each worker's token-sum
+#: policy loss times dp_size, at fixed micro-batch sizes. ``token_mean_legacy`` normalises each
+#: micro-batch by its own tokens and divides by the micro-batch count (SkyRL's docstring: "legacy
+#: token-mean that normalizes per-microbatch then averages across microbatches"): against the
+#: declared token-mean, the level-5 cell measures that normaliser. The ratio is ``exp`` of a float32
+#: log-ratio (``safe_exp_delta``), so the gradient carries float32 roundings: ``loss_precision``.
+SCALEOUT: dict[str, ScaleOut | str] = {
+    f"loss[{reduction}]": ScaleOut(
+        "regular",
+        agg,
+        constant=HORIZON if agg == "seq-mean-token-sum-norm" else None,
+        how=_HOW,
+        sizes="equal",
+        scaler=f"scale_{reduction}",
+        loss_precision="float32",
+    )
+    for reduction, agg in LOSS_REDUCTIONS.items()
+}
+SCALEOUT.update(
+    {
+        f"policy[{policy}]": ScaleOut(
+            policy,
+            "token-mean" if objective is not None else None,
+            how=_HOW,
+            sizes="equal",
+            scaler="scale_token_mean",
+            loss_precision="float32",
+        )
+        for policy, objective in POLICIES.items()
+    }
+)
+for _mode, _a in ADAPTERS.items():  # the estimator rows use the default loss (regular, token_mean)
+    if _a.loss is not None and _mode not in SCALEOUT:
+        SCALEOUT[_mode] = SCALEOUT["loss[token_mean]"]
 
 NOT_APPLICABLE: dict[str, str] = {
     "kl_loss": "the KL loss (use_kl_loss, on by default: k3, kl_loss_coef 0.001) is added in the worker "

@@ -458,3 +458,25 @@ PATTERNS: dict[str, tuple[list[Entry], list[Entry]]] = {
 }
 WRONG: list[Entry] = [e for wrong, _ in PATTERNS.values() for e in wrong]
 CORRECT: list[Entry] = [e for _, correct in PATTERNS.values() for e in correct]
+
+
+# ---------------------------------------------------------------------------
+# the trainer's own pre-scaling function (--advantage-scaler), for a token-sum loss
+
+
+def scale_by_batch_tokens(mask):  # type: ignore[no-untyped-def]
+    """Each token's factor ``1 / N_tok`` of the batch it is given, the way a trainer's driver writes
+    it before the workers split the batch (SkyRL's ``token_mean``)."""
+    return torch.ones_like(mask) / mask.sum().clamp(min=1)
+
+
+def scale_by_micro_batch_tokens(mask, *, world_size, micro_batches):  # type: ignore[no-untyped-def]
+    """``1 / N_tok`` of each of the ``W M`` equal chunks of the batch, over ``W M``: the mean of
+    per-micro-batch token means (SkyRL's ``token_mean_legacy``, verl's old default)."""
+    chunks = world_size * micro_batches
+    size = mask.shape[0] // chunks
+    out = torch.zeros_like(mask)
+    for c in range(chunks):
+        part = mask[c * size : (c + 1) * size]
+        out[c * size : (c + 1) * size] = 1.0 / part.sum().clamp(min=1) / chunks
+    return out
