@@ -409,3 +409,80 @@ for mode in ("token-mean", "seq-mean-token-mean"):
     exact = torch.allclose(got, O.aggregation_weights(spmd_mask, mode), rtol=1e-14, atol=0)
     assert exact == (mode != "token-mean"), mode  # 4 responses per micro-batch, ragged token counts
 "SPMD + MultiSteps' mean: factor N / (M n_m); exact for equal micro-batch counts (sequences), not tokens"
+# ## prompt-mean at scale
+#
+# `prompt-mean` weighs a token of prompt `g` by `1 / (P n_g)` (`P` prompts, `n_g` the prompt's
+# tokens; `08_aggregation`). A split cuts prompt `g` into parts `n_g = n_g1 + n_g2 + ...` over
+# the pieces it touches. A loss given the step's counts (`global_num_prompts`,
+# `prompt_num_tokens`) and multiplied by `W` accumulates `(W / W) / (P n_g)`: exact for every
+# split. A loss that counts a prompt's tokens within the micro-batch (the step's `P`, but
+# `n_gk` of the part it holds) weighs a token of part `k` by `1 / (P n_gk)`: the ratio
+# `n_g / n_gk` is 1 iff the prompt lies in one piece, and a prompt cut into `K` parts weighs
+# `K / P` in all instead of `1 / P` (`prompt's tokens counted per micro-batch`). A prompt-mean
+# computed per micro-batch, divided by `M` by the trainer and averaged over ranks by DDP, weighs
+# it by `1 / (W M P_rm n_g,rm)` (`P_rm` the prompts piece `(r, m)` holds): exact iff no prompt
+# straddles pieces and every piece holds `P / (W M)` prompts (`normaliser computed per
+# micro-batch and averaged over micro-batches and ranks`).
+# `sigma_ref.objectives.prompt_mean_effective_weights` implements these weights.
+
+# %%
+n1, n2, P_s = sp.symbols("n_g1 n_g2 P", positive=True)
+n_g = n1 + n2
+right_w = (W / sp.Integer(W)) / (P_s * n_g)
+straddling = [1 / (P_s * part) for part in (n1, n2)]
+assert sp.simplify(straddling[0] / right_w - n_g / n1) == 0  # the part's factor
+assert sp.simplify(n1 * straddling[0] + n2 * straddling[1] - 2 / P_s) == 0  # the prompt weighs 2/P
+assert sp.simplify(n1 * right_w + n2 * right_w - 1 / P_s) == 0  # ... instead of 1/P
+assert (
+    sp.simplify(straddling[0] / right_w - (1 + n2 / n1)) == 0
+)  # above 1 whenever the other part holds a token
+P_rm, n_rm = sp.symbols("P_rm n_grm", positive=True)
+micro_mean = 1 / (W * M * P_rm * n_rm)
+assert sp.simplify((micro_mean / (1 / (P_s * n_rm))).subs(P_rm, P_s / (W * M)) - 1) == 0
+
+# %% [markdown]
+# On the designed batch of level 5 (seed 0, 4 prompts of 6 responses, one rank, `M = 2` uneven
+# micro-batches of 8 and 16 responses: prompt 1 straddles them), the weights
+# `prompt_mean_effective_weights` gives are the exact counts, the straddling prompt weighs `2/P`,
+# and the best scalar fits of the two wrong gradients to the right one are what the FAILs print.
+
+# %%
+design_pm = S._design_batch(0, 4)
+rank_pm, micro_pm = S._assignment(design_pm, 1, 2, "whole-groups", "uneven")
+L_pm = design_pm.mask.sum(-1).astype(int)
+P_pm = len(set(design_pm.index.tolist()))
+part_tokens = {}
+for i in range(design_pm.n):
+    key = (int(design_pm.index[i]), int(micro_pm[i]))
+    part_tokens[key] = part_tokens.get(key, 0) + int(L_pm[i])
+w_strad = O.prompt_mean_effective_weights(
+    torch.tensor(design_pm.mask), design_pm.index, micro_batch=micro_pm, tokens="micro-batch"
+).numpy()
+exact_strad = [
+    Fraction(1, P_pm * part_tokens[int(design_pm.index[i]), int(micro_pm[i])]) for i in range(design_pm.n)
+]
+on_pm = design_pm.mask > 0
+assert np.allclose(w_strad[on_pm], np.repeat([float(x) for x in exact_strad], L_pm), rtol=1e-15, atol=0)
+straddlers = sorted({g for g, k in part_tokens if (g, 1 - k) in part_tokens})
+mass = {g: Fraction(0) for g in range(P_pm)}
+for i in range(design_pm.n):
+    mass[int(design_pm.index[i])] += exact_strad[i] * int(L_pm[i])
+assert (
+    straddlers == [1]
+    and mass[1] == Fraction(2, P_pm)
+    and all(mass[g] == Fraction(1, P_pm) for g in (0, 2, 3))
+)
+w_right = O.prompt_mean_weights(torch.tensor(design_pm.mask), design_pm.index).numpy()
+w_micro = O.prompt_mean_effective_weights(
+    torch.tensor(design_pm.mask), design_pm.index, micro_batch=micro_pm, prompts="micro-batch",
+    tokens="micro-batch", loss_scale=1 / 2,
+).numpy()  # fmt: skip
+adv_pm = S.oracle_advantages(torch.tensor(design_pm.rewards), design_pm.index).numpy()
+scores_pm = NZ.token_scores(design_pm.theta, design_pm.feats, design_pm.tokens)
+g_right = -np.einsum("nt,n,ntd->d", w_right, adv_pm, scores_pm)
+fits = [
+    float(g @ g_right / (g_right @ g_right))
+    for g in (-np.einsum("nt,n,ntd->d", w, adv_pm, scores_pm) for w in (w_strad, w_micro))
+]
+assert all(abs(c - 1) > 0.01 for c in fits)
+straddlers, mass[1], [round(c, 3) for c in fits]

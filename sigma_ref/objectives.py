@@ -39,8 +39,10 @@ __all__ = [
     "resolve_aggregation",
     "aggregation_weights",
     "prompt_mean_weights",
+    "resolve_declared_aggregation",
     "detect_aggregation",
     "effective_weights",
+    "prompt_mean_effective_weights",
     "Objective",
     "loss_gradient",
     "loss_gradient_terms",
@@ -163,6 +165,23 @@ def _count(value: float, name: str, what: str) -> torch.Tensor:
 
 #: The aggregation beside the five modes that needs the prompt (group) of every row.
 PROMPT_MEAN = "prompt-mean"
+
+
+def resolve_declared_aggregation(name: str) -> str:
+    """A declared aggregation: :data:`PROMPT_MEAN` (``prompt-mean`` or SkyRL's ``prompt_mean``) or a
+    mode :func:`resolve_aggregation` names; an unknown name raises ValueError listing both.
+
+    >>> resolve_declared_aggregation("prompt_mean"), resolve_declared_aggregation("dapo")
+    ('prompt-mean', 'token-mean')
+    """
+    if isinstance(name, str) and name.replace("_", "-") == PROMPT_MEAN:
+        return PROMPT_MEAN
+    try:
+        return resolve_aggregation(name)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc}; or {PROMPT_MEAN!r} (a token mean per prompt, then a mean over prompts)"
+        ) from None
 
 
 def prompt_mean_weights(mask: Any, index: Any) -> torch.Tensor:
@@ -293,6 +312,25 @@ def effective_weights(
     n = m.shape[0]
     c = _constant(mode, constant, m.shape[1])
 
+    r, mb, world_size = _split_of_rows(n, rank, micro_batch, world_size, loss_scale)
+    if normaliser not in ("global", "rank", "micro-batch"):
+        raise ValueError(f"normaliser={normaliser!r} must be 'global', 'rank' or 'micro-batch'")
+    key = _scope_key(r, mb, normaliser)
+    _, inverse = torch.unique(key, return_inverse=True)
+    groups = int(inverse.max()) + 1 if n else 0
+    tok = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, m.sum(-1))
+    seq = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, (m.sum(-1) > 0).to(torch.float64))
+    n_tok = tok[inverse][:, None]
+    n_seq = seq[inverse][:, None]
+    w = _weights_from_counts(m, mode, n_tok.clamp(min=1), n_seq.clamp(min=1), c)
+    return (loss_scale / world_size) * w
+
+
+def _split_of_rows(
+    n: int, rank: Any, micro_batch: Any, world_size: int | None, loss_scale: float
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Each row's rank and micro-batch (validated, zeros when None) and the world size."""
+
     def assignment(x: Any, name: str) -> torch.Tensor:
         if x is None:
             return torch.zeros(n, dtype=torch.int64)
@@ -311,24 +349,81 @@ def effective_weights(
         world_size = w_ranks
     if not isinstance(world_size, int) or world_size < w_ranks:
         raise ValueError(f"world_size={world_size!r} must be an integer >= the largest rank + 1 = {w_ranks}")
-    if normaliser not in ("global", "rank", "micro-batch"):
-        raise ValueError(f"normaliser={normaliser!r} must be 'global', 'rank' or 'micro-batch'")
     if not (isinstance(loss_scale, int | float) and math.isfinite(loss_scale)):
         raise ValueError(f"loss_scale={loss_scale!r} must be a finite number (1, 1/M, W, ...)")
-    if normaliser == "global":
-        key = torch.zeros(n, dtype=torch.int64)
-    elif normaliser == "rank":
-        key = r
-    else:
-        key = r * (int(mb.max()) + 1) + mb
-    _, inverse = torch.unique(key, return_inverse=True)
-    groups = int(inverse.max()) + 1 if n else 0
-    tok = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, m.sum(-1))
-    seq = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, (m.sum(-1) > 0).to(torch.float64))
-    n_tok = tok[inverse][:, None]
-    n_seq = seq[inverse][:, None]
-    w = _weights_from_counts(m, mode, n_tok.clamp(min=1), n_seq.clamp(min=1), c)
-    return (loss_scale / world_size) * w
+    return r, mb, world_size
+
+
+def _scope_key(r: torch.Tensor, mb: torch.Tensor, scope: str) -> torch.Tensor:
+    """One id per piece of the ``scope`` (``global``, ``rank``, ``micro-batch``) each row belongs to."""
+    if scope == "global":
+        return torch.zeros_like(r)
+    if scope == "rank":
+        return r
+    if scope == "micro-batch":
+        return r * (int(mb.max()) + 1 if mb.numel() else 1) + mb
+    raise ValueError(f"scope {scope!r} must be 'global', 'rank' or 'micro-batch'")
+
+
+def prompt_mean_effective_weights(
+    mask: Any,
+    index: Any,
+    *,
+    rank: Any = None,
+    micro_batch: Any = None,
+    world_size: int | None = None,
+    prompts: Normaliser = "global",
+    tokens: Normaliser = "global",
+    loss_scale: float = 1.0,
+) -> torch.Tensor:
+    """Per-token weights of the gradient a split batch accumulates under ``prompt-mean``: ``[N, T]``.
+
+    As :func:`effective_weights`, for :func:`prompt_mean_weights`: piece ``(r, m)`` weights a token
+    of response ``i`` (prompt ``g = index[i]``) by ``1 / (P * N_tok(g))``, with the prompt count ``P``
+    (the prompts holding an unmasked token) taken over the ``prompts`` scope of ``i`` and the
+    prompt's token count ``N_tok(g)`` over the ``tokens`` scope of ``i`` (``global``: the whole
+    step; ``rank``: the rank's shard; ``micro-batch``: the piece itself). Scaled by ``loss_scale``,
+    added over micro-batches and averaged over ranks:
+
+    ``w_eff_it = (loss_scale / W) * mask_it / (P(prompts scope of i) * N_tok(g(i), tokens scope of i))``.
+
+    ``prompts = tokens = "global"`` with ``loss_scale = W`` is :func:`prompt_mean_weights` for every
+    split (the correct loss); ``tokens = "micro-batch"`` with global prompts is a prompt whose tokens
+    are counted only within the micro-batch: exact iff no prompt's group straddles micro-batches
+    (``proofs/12_scale_out.py``, "prompt-mean at scale").
+
+    >>> mask = torch.tensor([[1, 1], [1, 0], [1, 1]])
+    >>> prompt_mean_effective_weights(mask, [0, 0, 1], micro_batch=[0, 1, 1], tokens="micro-batch")
+    tensor([[0.2500, 0.2500],
+            [0.5000, 0.0000],
+            [0.2500, 0.2500]], dtype=torch.float64)
+    """
+    m = _mask(mask)
+    n = m.shape[0]
+    ids = torch.as_tensor(index).detach().cpu()
+    if tuple(ids.shape) != (n,) or ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(
+            f"index has shape {tuple(ids.shape)} and dtype {ids.dtype}; pass one integer group id per row "
+            f"of mask ({n} rows)"
+        )
+    r, mb, world_size = _split_of_rows(n, rank, micro_batch, world_size, loss_scale)
+    _, group = torch.unique(ids.to(torch.int64), return_inverse=True)
+    n_groups = int(group.max()) + 1 if n else 1
+    row_tokens = m.sum(-1)
+
+    def counts(scope: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's prompt's tokens within its ``scope`` piece, and the prompts holding a token there."""
+        _, piece = torch.unique(_scope_key(r, mb, scope), return_inverse=True)
+        pairs, inverse = torch.unique(piece * n_groups + group, return_inverse=True)
+        pair_tokens = torch.zeros(pairs.shape[0], dtype=torch.float64).index_add_(0, inverse, row_tokens)
+        prompts_in = torch.zeros(int(piece.max()) + 1 if n else 0, dtype=torch.float64)
+        prompts_in.index_add_(0, pairs // n_groups, (pair_tokens > 0).to(torch.float64))
+        return pair_tokens[inverse], prompts_in[piece]
+
+    n_tok, _ = counts(tokens)
+    _, n_prompts = counts(prompts)
+    denom = (n_prompts * n_tok).clamp(min=1.0)
+    return (loss_scale / world_size) * m / denom[:, None]
 
 
 # --------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from sigma_ref.conformance.reference import as_numpy
 from sigma_ref.identity import decompose, policy_gradient
 from sigma_ref.objectives import (
     AGGREGATION_MODES,
+    PROMPT_MEAN,
     Objective,
     aggregation_weights,
     detect_aggregation,
@@ -66,7 +67,9 @@ from sigma_ref.objectives import (
     kl_estimate,
     loss_gradient,
     loss_gradient_terms,
+    prompt_mean_weights,
     resolve_aggregation,
+    resolve_declared_aggregation,
 )
 
 
@@ -334,17 +337,19 @@ def _agg_policy(n: int, seed: int) -> Policy:
 )
 def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     """The per-token weights w_it = -dL/dlogp_it / A_i at ratio 1 are a known aggregation (token-mean,
-    seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum), measured on responses
-    of lengths 1 to T; a declared aggregation must match them.
+    seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-sum, or prompt-mean over the
+    batch's groups), measured on responses of lengths 1 to T; a declared aggregation must match them.
     """
     batch, s = ex
     pol = _agg_policy(batch.n, s)
+    prompts = np.unique(batch.index, return_inverse=True)[1].reshape(-1)  # the batch's groups
     w = -_token_weights(ctx, pol, batch, torch.ones(batch.n, dtype=torch.float64))
     # modes differ by factors of at least 1 + 1/T on responses of different lengths; 1e-6 absorbs
     # float32 losses and the n_i + 1e-8 that verl and OpenRLHF add to each sequence's length
     rtol = 1e-6
     try:
-        found = detect_aggregation(w, pol.mask, rtol=rtol)
+        # with the batch's groups as prompts, so a prompt-mean loss is named too
+        found = detect_aggregation(w, pol.mask, rtol=rtol, index=prompts)
     except ValueError:
         found = None
     lengths = pol.mask.sum(-1).int().tolist()
@@ -359,18 +364,21 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
             ),
             verdict="NOTE",
         )
-    expected = aggregation_weights(pol.mask, declared, constant=ctx.adapter.aggregation_constant)
+    mode = resolve_declared_aggregation(declared)
+    expected = (
+        prompt_mean_weights(pol.mask, prompts)
+        if mode == PROMPT_MEAN
+        else aggregation_weights(pol.mask, declared, constant=ctx.adapter.aggregation_constant)
+    )
     if torch.allclose(w, expected, rtol=rtol, atol=rtol * float(expected.abs().max())):
-        raise PropertyFailure(
-            Finding(f"aggregation: {resolve_aggregation(declared)} [declared, measured]"), "NOTE"
-        )
+        raise PropertyFailure(Finding(f"aggregation: {mode} [declared, measured]"), "NOTE")
     i = int(torch.argmax((w - expected).abs().sum(-1)))
     cause = f"the loss applies {seen} weights"
     rounding = precision_cause(ctx)
     if rounding is not None:  # the weights are rounded, not another mode's
         found, cause = None, rounding
     on = pol.mask > 0
-    if found is None and resolve_aggregation(declared) == "token-mean":
+    if found is None and mode == "token-mean":
         # a token-mean whose normaliser differs between parts of the batch: per-micro-batch counts
         per_row = [sorted({round(float(v), 12) for v in w[r][on[r]]}) for r in range(batch.n)]
         if all(len(v) == 1 for v in per_row) and len({v[0] for v in per_row}) == 2:
@@ -386,17 +394,13 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
                     f"averaged, a normaliser taken per micro-batch instead of over all {n1 + n2} tokens"
                 )
                 found = ("per-micro-batch token-mean", None)
-    named = (
-        None
-        if rounding is not None
-        else _aggregation_cause(resolve_aggregation(declared), found, w, expected, pol.mask, rtol)
-    )
+    named = None if rounding is not None else _aggregation_cause(mode, found, w, expected, pol.mask, rtol)
     cause = named or cause
     raise PropertyFailure(
         Finding(
             f"per-token loss weights w[{i}] = {[round(float(v), 6) for v in w[i]]} (length {lengths[i]}), "
             f"but should be {[round(float(v), 6) for v in expected[i]]} under the declared aggregation "
-            f"{resolve_aggregation(declared)}",
+            f"{mode}",
             f"loss(logp, old_logp=logp, advantages=1, mask) on lengths {lengths}, T = {POLICY_T}",
             cause=cause,
             # the measured weights show it, or the precision probe does

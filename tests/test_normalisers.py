@@ -157,13 +157,84 @@ def test_every_wrong_normaliser_shows_a_factor_and_is_named_alone(mode: str, W: 
 
     right = grad(nm.HYPOTHESES[0], W, M)
     probes = [(W, M), (1, M), (1, M + 1), (W, 1)]
-    for h in WRONG:
+    for h in (h for h in WRONG if h.applies(mode, counts)):  # prompt-mean's own class needs prompts
         g = grad(h, W, M)
         gap = np.linalg.norm(g - right) / np.linalg.norm(right)
         assert gap > 1e-3, f"{h.name} gives the right gradient at W={W}, M={M} ({mode})"
         grads = {(w, m, "whole-groups"): grad(h, w, m) for w, m in probes}
         found = nm.identify(grads, scores, adv, batch.mask, mode, assign=assign, counts=counts)
         assert [f.name for f in found] == [h.name], (h.name, [f.name for f in found])
+
+
+def _prompt_mean_grad(
+    batch: scaleout._Batch, h: nm.Hypothesis, w: int, m: int, adv: np.ndarray, scores: np.ndarray
+) -> np.ndarray:
+    rank, micro = scaleout._assignment(batch, w, m, "whole-groups", "uneven")
+    return nm.hypothesis_gradient(
+        h, scores, adv, batch.mask, "prompt-mean", rank=rank, micro_batch=micro, world_size=w,
+        micro_batches=m, index=batch.index,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("W", "M"), [(2, 2), (2, 3), (4, 2), (4, 3)])
+def test_every_wrong_prompt_mean_normaliser_is_named_alone(W: int, M: int) -> None:
+    """Under prompt-mean (P and each prompt's tokens counted over the hypothesis's scope) the right
+    hypothesis is the oracle's prediction, and every wrong one that applies shows a factor at (W, M)
+    and is the only one predicting the gradient at the probes the check runs."""
+    batch = _design(W)
+    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
+    scores = nm.token_scores(batch.theta, batch.feats, batch.tokens)
+
+    def assign(w: int, m: int, split: str) -> tuple[np.ndarray, np.ndarray]:
+        return scaleout._assignment(batch, w, m, split, "uneven")
+
+    right = _prompt_mean_grad(batch, nm.HYPOTHESES[0], W, M, adv, scores)
+    assert np.allclose(right, scaleout._prediction(batch, adv, "prompt-mean"), rtol=1e-12, atol=0)
+    applying = [h for h in WRONG if h.applies("prompt-mean", _counts(batch))]
+    assert {h.name for h in WRONG} - {h.name for h in applying} == {
+        "generation-count",
+        "count-before-mask",
+        "generation-count-mean",
+    }  # counts outside the batch carry no prompts
+    for h in applying:
+        g = _prompt_mean_grad(batch, h, W, M, adv, scores)
+        assert np.linalg.norm(g - right) / np.linalg.norm(right) > 1e-3, (h.name, W, M)
+        probes = [(W, M), (1, M), (1, M + 1), (W, 1)]
+        grads = {(w, m, "whole-groups"): _prompt_mean_grad(batch, h, w, m, adv, scores) for w, m in probes}
+        found = nm.identify(grads, scores, adv, batch.mask, "prompt-mean", assign=assign, index=batch.index)
+        assert [f.name for f in found] == [h.name], (h.name, [f.name for f in found])
+
+
+def test_prompt_tokens_per_micro_batch_applies_to_prompt_mean_alone() -> None:
+    """The straddling-prompt class is named on one rank too (no other class predicts it at M = 2, 3),
+    and is never tried under the five modes."""
+    h = next(h for h in nm.HYPOTHESES if h.name == "prompt-tokens-micro-batch")
+    assert not any(h.applies(mode, None) for mode in (*COUNTED, "token-sum")) and h.applies(
+        "prompt-mean", None
+    )
+    batch = _design(1)
+    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
+    scores = nm.token_scores(batch.theta, batch.feats, batch.tokens)
+    for M in (2, 3):
+        grads = {
+            (1, m, "whole-groups"): _prompt_mean_grad(batch, h, 1, m, adv, scores) for m in (1, M, M + 1)
+        }
+        found = nm.identify(
+            grads, scores, adv, batch.mask, "prompt-mean", index=batch.index,
+            assign=lambda w, m, s: scaleout._assignment(batch, w, m, s, "uneven"),
+        )  # fmt: skip
+        assert [f.name for f in found] == [h.name], M
+    zeros = np.zeros(batch.n, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"applies to \('prompt-mean',\), not mode='token-mean'"):
+        nm.hypothesis_gradient(
+            h, scores, adv, batch.mask, "token-mean", rank=zeros, micro_batch=zeros, world_size=1,
+            micro_batches=1,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="needs index="):
+        nm.hypothesis_gradient(
+            h, scores, adv, batch.mask, "prompt-mean", rank=np.zeros(batch.n, dtype=np.int64),
+            micro_batch=np.zeros(batch.n, dtype=np.int64), world_size=1, micro_batches=1,
+        )  # fmt: skip
 
 
 def test_a_named_class_reaches_the_report() -> None:
@@ -292,6 +363,7 @@ def test_every_pattern_has_a_wrong_and_a_correct_entry() -> None:
         "NaN or inf at masked positions",
         "sequence packing",
         "aggregation folded into the advantages",
+        "prompt-mean",
     }
     for pattern, (wrong, correct) in gallery.PATTERNS.items():
         assert wrong and correct, pattern

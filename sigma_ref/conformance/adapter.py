@@ -297,9 +297,9 @@ class Adapter:
         if bad:
             raise ValueError(f"Adapter dtypes has {bad}; choose from {ALL_DTYPES}")
         if self.aggregation is not None:
-            from ..objectives import resolve_aggregation
+            from ..objectives import resolve_declared_aggregation
 
-            resolve_aggregation(self.aggregation)  # a clear ValueError for an unknown name
+            resolve_declared_aggregation(self.aggregation)  # a clear ValueError for an unknown name
         if self.aggregation_constant is not None:
             _check_constant(self.aggregation, self.aggregation_constant)
         if self.clip is not None and (
@@ -532,14 +532,14 @@ def _scatter_back(out: Any, batch: Batch) -> Any:
 
 def _check_constant(aggregation: str | None, constant: Any) -> None:
     """A declared ``aggregation_constant`` must be a positive number and belong to seq-mean-token-sum-norm."""
-    from ..objectives import resolve_aggregation
+    from ..objectives import resolve_declared_aggregation
 
     if not (isinstance(constant, int | float) and 0 < constant < float("inf")):
         raise ValueError(
             f"Adapter aggregation_constant={constant!r} must be a positive number (e.g. TRL's "
             "max_completion_length)"
         )
-    mode = None if aggregation is None else resolve_aggregation(aggregation)
+    mode = None if aggregation is None else resolve_declared_aggregation(aggregation)
     if mode != "seq-mean-token-sum-norm":
         raise ValueError(
             f"Adapter aggregation_constant={constant!r} is the C of seq-mean-token-sum-norm, but aggregation="

@@ -150,7 +150,10 @@ def call_loss(
     """The implementation's loss (ratio 1 unless ``old_logp`` is given); ``(loss, metrics)`` accepted."""
     assert ctx.adapter.loss is not None
     where = "at ratio 1" if old_logp is None else "at ratio != 1"
-    old, extra = _loss_inputs(ctx, logp, mask, old_logp)
+    index = None  # a probe of its own rows: each row its own prompt
+    if batch.index.shape == (mask.shape[0],):  # the batch's groups (any ids) as integer prompt ids
+        index = np.unique(batch.index, return_inverse=True)[1].reshape(-1)
+    old, extra = _loss_inputs(ctx, logp, mask, old_logp, index)
     adv = prescaled_advantages(ctx, adv, mask)
     out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}", **extra)
     if isinstance(out, tuple | list) and out:
@@ -163,28 +166,32 @@ def call_loss(
 
 
 def _loss_inputs(
-    ctx: Context, logp: torch.Tensor, mask: torch.Tensor, old_logp: torch.Tensor | None
+    ctx: Context,
+    logp: torch.Tensor,
+    mask: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    index: Any = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """``old_logp`` (``logp`` detached: ratio 1, unless given) and the keyword inputs the loss takes.
 
     A loss that requires the reference or rollout log-probs gets neutral ones: ``ref_logp = logp``
     (a k2 or k3 term has no gradient there) and ``rollout_logp = old_logp`` (importance weight 1).
     A loss that takes ``position_ids=`` or ``cu_seqlens=`` gets the boundaries of one response per
-    row (:func:`~.packing.unpacked_inputs`)."""
+    row (:func:`~.packing.unpacked_inputs`). ``index``: each row's prompt, for the prompt globals."""
     assert ctx.adapter.loss is not None
     old = logp.detach() if old_logp is None else old_logp
     neutral = {"ref_logp": logp.detach(), "rollout_logp": old.detach()}
     extra: dict[str, Any] = {k: neutral[k] for k in sorted(required_extras(ctx.adapter.loss))}
-    extra.update(loss_keywords(ctx, mask))
+    extra.update(loss_keywords(ctx, mask, index))
     return old, extra
 
 
-def loss_keywords(ctx: Context, mask: torch.Tensor) -> dict[str, Any]:
+def loss_keywords(ctx: Context, mask: torch.Tensor, index: Any = None) -> dict[str, Any]:
     """The keyword inputs of one process's loss call besides the objective inputs: the level-5
-    globals the loss declares (:func:`single_process_globals`) and, for a loss written for packed
-    rows, ``position_ids=``/``cu_seqlens=`` of one response per row."""
+    globals the loss declares (:func:`single_process_globals`, ``index`` each row's prompt) and, for
+    a loss written for packed rows, ``position_ids=``/``cu_seqlens=`` of one response per row."""
     assert ctx.adapter.loss is not None
-    return {**single_process_globals(ctx, mask), **_boundaries(ctx.adapter.loss, mask)}
+    return {**single_process_globals(ctx, mask, index), **_boundaries(ctx.adapter.loss, mask)}
 
 
 def prescaled_advantages(ctx: Context, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -286,12 +293,14 @@ def check_loss_call(ctx: Context) -> None:
     )
 
 
-def single_process_globals(ctx: Context, mask: torch.Tensor) -> dict[str, Any]:
+def single_process_globals(ctx: Context, mask: torch.Tensor, index: Any = None) -> dict[str, Any]:
     """The level-5 globals the loss declares (``global_num_tokens``, ``world_size``, ...), for one
     process and one micro-batch: the batch counts of ``mask``, ``W = M = 1``
     (:func:`~sigma_ref.conformance.scaleout.loss_globals`). A loss written for scale-out runs at
     levels 0 to 4 unchanged; ``process_group`` is a one-rank group of this process
-    (:func:`one_rank_group`)."""
+    (:func:`one_rank_group`). The prompt globals (``global_num_prompts``, ``prompt_num_tokens``,
+    ``prompt_index``) count the prompts of ``index`` (the batch's group ids, one per row of
+    ``mask``); without it (a probe built row by row) each row is its own prompt."""
     from .scaleout import declared_globals, loss_globals
 
     assert ctx.adapter.loss is not None
@@ -301,10 +310,13 @@ def single_process_globals(ctx: Context, mask: torch.Tensor) -> dict[str, Any]:
     group = one_rank_group() if "process_group" in names else None
     declared = ctx.adapter.aggregation
     if declared is not None:
-        from ..conventions import resolve_aggregation
+        from ..objectives import resolve_declared_aggregation
 
-        declared = resolve_aggregation(declared)
-    values = loss_globals(mask, process_group=group, aggregation=declared)
+        declared = resolve_declared_aggregation(declared)
+    values = loss_globals(mask, process_group=group, aggregation=declared, micro_index=index)
+    dtype = mask.dtype if mask.is_floating_point() else torch.float64  # per row, beside the mask
+    values["prompt_num_tokens"] = values["prompt_num_tokens"].to(mask.device, dtype)
+    values["prompt_index"] = values["prompt_index"].to(mask.device)
     return {k: values[k] for k in names}
 
 

@@ -140,7 +140,7 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
     :func:`~.scaleout.run_scaleout`, raised before any process starts) are a FAIL of every level-5
     property, with the reason: level 5 was asked for and cannot run.
     """
-    from ..objectives import resolve_aggregation
+    from ..objectives import resolve_declared_aggregation
     from .core import Finding, PropertyFailure
     from .scaleout import run_scaleout
 
@@ -150,7 +150,9 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
     memo = ctx.memo
     if "scaleout" not in memo:
         adapter = ctx.adapter
-        aggregation = None if adapter.aggregation is None else resolve_aggregation(adapter.aggregation)
+        aggregation = (
+            None if adapter.aggregation is None else resolve_declared_aggregation(adapter.aggregation)
+        )
         impl, loss, layout = opts.impl, opts.loss, opts.layout
         if impl is None:  # the oracle, with its token-mean reference loss (as at levels 0-4)
             impl, layout = _ORACLE_ADVANTAGES, "index"

@@ -28,7 +28,10 @@ divides, ``W / M`` when M divides on top, ``1`` without the world size, ...). Ea
 predicts the whole gradient vector ``-sum_it w_eff_it A_i grad log pi(y_it)`` at every
 configuration the check ran ((W, M) and its probes (1, M), (1, M + 1), (W, 1)); a class is
 named only when its prediction equals the measured gradient at every one of them
-(:func:`identify`), so a cause is printed only when the probes confirm it.
+(:func:`identify`), so a cause is printed only when the probes confirm it. Under ``prompt-mean``
+both of its counts (the prompts ``P`` and each prompt's tokens) are taken over the scope
+(:func:`~sigma_ref.objectives.prompt_mean_effective_weights`), and one class is its own: a
+prompt's tokens counted per micro-batch with the step's ``P``.
 
 **Aggregation folded into the advantages** (:data:`ADVANTAGE_SCALE_MODES`, ``--advantage-scale``):
 a trainer may divide each advantage by a count of its mini-batch and then take a plain token sum.
@@ -58,7 +61,7 @@ import torch
 
 from .._options import ADVANTAGE_SCALES, LOSS_SCALES, SPLIT_SIZES
 from ..conventions import AGGREGATION_MODES
-from ..objectives import aggregation_weights, effective_weights
+from ..objectives import PROMPT_MEAN, aggregation_weights, effective_weights, prompt_mean_effective_weights
 
 __all__ = [
     "SIZES",
@@ -161,6 +164,11 @@ class Hypothesis:
     computing ``s * sum_piece w(scope) l`` accumulates ``w_eff = (s / W) w(scope)``: the correct
     loss has ``s = W`` (``world = 1, micro = 0``).
 
+    Under ``prompt-mean`` (a token mean per prompt, then a mean over the P prompts) the scope is
+    that of both counts, P and each prompt's tokens, unless ``prompt_scope`` names the scope P is
+    counted over (:func:`~sigma_ref.objectives.prompt_mean_effective_weights`). ``modes``: the
+    aggregations the hypothesis applies to (empty: every one).
+
     >>> HYPOTHESES[0].name, HYPOTHESES[0].tau(2, 3)
     ('correct', 2.0)
     """
@@ -171,6 +179,17 @@ class Hypothesis:
     micro: int
     label: str
     why: str
+    prompt_scope: str = ""
+    modes: tuple[str, ...] = ()
+
+    def applies(self, mode: str, counts: Mapping[str, tuple[float, float]] | None) -> bool:
+        """Whether the hypothesis can predict a gradient of ``mode`` (a scope outside the batch needs
+        its counts; ``prompt-mean`` has none outside the batch's own mask)."""
+        if self.modes and mode not in self.modes:
+            return False
+        if self.scope in ("global", "rank", "micro-batch"):
+            return True
+        return mode != PROMPT_MEAN and counts is not None and self.scope in counts
 
     def tau(self, world_size: int, micro_batches: int) -> float:
         """The loss's scale ``W^world M^micro``."""
@@ -275,6 +294,18 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
         "with several optimizer steps per generation batch each step must be normalised by its own "
         "batch's count",
     ),
+    Hypothesis(
+        "prompt-tokens-micro-batch",
+        "micro-batch",
+        1,
+        0,
+        "prompt's tokens counted per micro-batch",
+        "each prompt's token count is taken over its rows in the micro-batch, not over the optimizer "
+        "step, so a prompt whose group straddles micro-batches is weighted as a whole prompt in each; "
+        "count each prompt's tokens over the step (all ranks, all micro-batches: prompt_num_tokens)",
+        prompt_scope="global",
+        modes=(PROMPT_MEAN,),
+    ),
 )
 
 
@@ -312,6 +343,7 @@ def hypothesis_gradient(
     micro_batches: int,
     constant: float | None = None,
     counts: Mapping[str, tuple[float, float]] | None = None,
+    index: npt.ArrayLike | None = None,
 ) -> npt.NDArray[np.float64]:
     """The gradient the hypothesis predicts under the reading ``none``: ``-sum_it w_eff_it A_i s_it``.
 
@@ -319,11 +351,31 @@ def hypothesis_gradient(
     ``tau``; a scope counted outside the batch's final mask (``generation``: the generation
     batch; ``before-mask``: the mask before truncated responses were masked) uses
     :func:`~sigma_ref.objectives.aggregation_weights` with ``counts[scope] = (tokens, responses)``.
+    ``prompt-mean`` needs ``index`` (each row's prompt) and uses
+    :func:`~sigma_ref.objectives.prompt_mean_effective_weights`.
     """
     m = torch.as_tensor(np.asarray(mask, dtype=np.float64))
     tau = hypothesis.tau(world_size, micro_batches)
     c = constant if mode == "seq-mean-token-sum-norm" else None
-    if hypothesis.scope not in ("global", "rank", "micro-batch"):
+    if hypothesis.modes and mode not in hypothesis.modes:
+        raise ValueError(f"hypothesis {hypothesis.name!r} applies to {hypothesis.modes}, not mode={mode!r}")
+    if mode == PROMPT_MEAN:
+        if index is None or hypothesis.scope not in ("global", "rank", "micro-batch"):
+            raise ValueError(
+                f"hypothesis {hypothesis.name!r} under prompt-mean needs index= (each row's prompt) and a "
+                f"scope of the batch, not {hypothesis.scope!r}"
+            )
+        w = prompt_mean_effective_weights(
+            m,
+            torch.as_tensor(np.asarray(index, dtype=np.int64)),
+            rank=torch.as_tensor(np.asarray(rank, dtype=np.int64)),
+            micro_batch=torch.as_tensor(np.asarray(micro_batch, dtype=np.int64)),
+            world_size=world_size,
+            prompts=hypothesis.prompt_scope or hypothesis.scope,  # type: ignore[arg-type]  # checked above
+            tokens=hypothesis.scope,  # type: ignore[arg-type]
+            loss_scale=tau,
+        )
+    elif hypothesis.scope not in ("global", "rank", "micro-batch"):
         if counts is None or hypothesis.scope not in counts:
             raise ValueError(
                 f"scope {hypothesis.scope!r} needs counts[{hypothesis.scope!r}] = (tokens, responses)"
@@ -366,17 +418,19 @@ def identify(
     counts: Mapping[str, tuple[float, float]] | None = None,
     candidates: Sequence[Hypothesis] = HYPOTHESES,
     rtol: float = _RTOL,
+    index: npt.ArrayLike | None = None,
 ) -> list[Hypothesis]:
     """The hypotheses whose predicted gradient equals the measured one at *every* configuration.
 
     ``grads``: the measured gradient (reading ``none``) per configuration ``(w, m, split)``;
     ``assign`` gives each configuration's rows' ranks and micro-batches. The list is in the
     order of :data:`HYPOTHESES`; more than one means the probes cannot tell them apart. A scope
-    outside the batch (``generation``, ``before-mask``) is tried only when ``counts`` has it.
+    outside the batch (``generation``, ``before-mask``) is tried only when ``counts`` has it
+    (:meth:`Hypothesis.applies`); ``prompt-mean`` needs ``index``, each row's prompt.
     """
     found = []
     for h in candidates:
-        if h.scope not in ("global", "rank", "micro-batch") and (counts is None or h.scope not in counts):
+        if not h.applies(mode, counts):
             continue
         ok = True
         for (w, m, split), g in grads.items():
@@ -393,6 +447,7 @@ def identify(
                 micro_batches=m,
                 constant=constant,
                 counts=counts,
+                index=index,
             )
             if not _close(np.asarray(g, dtype=np.float64), pred, rtol):
                 ok = False
@@ -469,6 +524,8 @@ class Judge:
     relabel: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     #: relative tolerance of a match (the loss's working precision's: :data:`_RTOL` for float64)
     rtol: float = _RTOL
+    #: each row's prompt (group id): the ``prompt-mean`` hypotheses count per prompt
+    index: npt.NDArray[np.int64] | None = None
 
     def _found(
         self,
@@ -493,6 +550,7 @@ class Judge:
             counts=self.counts,
             candidates=HYPOTHESES[2:],
             rtol=self.rtol,
+            index=self.index,
         )
         return found, list(grads)
 
@@ -501,7 +559,7 @@ class Judge:
         if h.name in self.relabel:
             label, why = self.relabel[h.name]
             h = dataclasses.replace(h, label=label, why=why)
-        unit = "token" if mode == "token-mean" else "response"
+        unit = {"token-mean": "token", PROMPT_MEAN: "prompt"}.get(mode, "response")
         probes = ", ".join(f"({w}, {m})" for w, m, _ in where)
         text = (
             f"{h.why}. Confirmed: the gradient this normaliser predicts ({mode}) equals the measured one at "

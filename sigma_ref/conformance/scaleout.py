@@ -27,7 +27,9 @@ ranks, so a loss whose pieces should add up to the global loss multiplies by the
 
 **Globals** (:data:`GLOBALS`): a loss ``loss(logp, old_logp, advantages, mask, **globals)``
 gets exactly the keyword arguments its signature names; an advantage function may ask for
-``process_group``, ``rank`` and ``world_size``.
+``process_group``, ``rank`` and ``world_size``. For ``prompt-mean`` (a token mean per prompt, then
+a mean over prompts) a loss gets the step's prompt count ``global_num_prompts`` and, per row, its
+prompt's tokens over the step ``prompt_num_tokens`` and its prompt ``prompt_index``.
 
 **Call shapes**: the advantage function is called through its :class:`~.adapter.Adapter`, as at
 levels 0 to 4 (every layout, the ``inputs``/``output`` hooks; layout ``token`` gets
@@ -162,6 +164,10 @@ GLOBALS: dict[str, str] = {
     "aggregation": "the declared aggregation mode, or None",
     "generation_num_tokens": "unmasked tokens in the generation batch (steps_per_generation optimizer steps)",
     "generation_num_seqs": "responses with an unmasked token in the generation batch",
+    "global_num_prompts": "prompts (groups) with an unmasked token in the whole batch (prompt-mean's P)",
+    "prompt_index": "Tensor [n]: each row's prompt (group id of the whole batch), as a trainer's uids",
+    "prompt_num_tokens": "Tensor [n]: each row's prompt's unmasked tokens in the whole batch (all ranks, "
+    "all micro-batches; prompt-mean's N_tok(g))",
 }
 
 
@@ -176,20 +182,49 @@ def loss_globals(
     micro_batch_index: int = 0,
     process_group: ProcessGroup | None = None,
     aggregation: str | None = None,
+    micro_index: Any = None,
+    rank_index: Any = None,
+    global_index: Any = None,
 ) -> dict[str, Any]:
     """The value of every :data:`GLOBALS` name for one micro-batch (masks ``[n, T]``, numpy or torch).
 
     ``rank_mask``, ``global_mask``: this rank's shard and the whole batch, by default the
     micro-batch itself (one process, one micro-batch: levels 0 to 4 call a loss that way).
+    ``micro_index``, ``rank_index``, ``global_index``: each row's prompt (group id) in the same three,
+    defaulting alike; without any, each row is its own prompt (one response per prompt). The prompt
+    globals are ``P = global_num_prompts`` and, per row of the micro-batch, ``prompt_num_tokens =
+    N_tok(g)`` over the whole batch: ``sum_i sum_t mask_it l_it / prompt_num_tokens_i / P`` over
+    every micro-batch of every rank is the ``prompt-mean`` loss
+    (:func:`~sigma_ref.objectives.prompt_mean_weights`), as SkyRL's ``loss_reduction=prompt_mean``
+    scales its advantages by ``1 / (num_prompts * prompt_tokens)``.
 
     >>> m = np.array([[1, 1, 0], [0, 0, 0]])
     >>> g = loss_globals(m)
     >>> g["global_num_tokens"], g["global_num_seqs"], g["rank_num_seqs"], g["horizon"], g["world_size"]
     (2, 1, 2, 3, 1)
+    >>> g = loss_globals(m[:1], global_mask=np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]]),
+    ...                  micro_index=[7], global_index=[7, 7, 9])
+    >>> g["global_num_prompts"], g["prompt_num_tokens"].tolist(), g["prompt_index"].tolist()
+    (2, [3.0], [7])
     """
     rank_mask = micro_mask if rank_mask is None else rank_mask
     global_mask = rank_mask if global_mask is None else global_mask
+    micro_ids = _prompt_ids(micro_index, micro_mask, "micro_index")
+    rank_ids = micro_ids if rank_index is None else _prompt_ids(rank_index, rank_mask, "rank_index")
+    global_ids = rank_ids if global_index is None else _prompt_ids(global_index, global_mask, "global_index")
+    global_tokens = _prompt_tokens(global_ids, global_mask)
+    missing = sorted(set(micro_ids.tolist()) - set(global_tokens))
+    if missing:
+        raise ValueError(
+            f"micro_index holds prompts {missing[:5]} that global_index does not: pass each row's group id "
+            "of the whole batch"
+        )
     return {
+        "global_num_prompts": sum(1 for t in global_tokens.values() if t > 0),
+        "prompt_index": torch.as_tensor(micro_ids, dtype=torch.int64),
+        "prompt_num_tokens": torch.tensor(
+            [global_tokens[g] for g in micro_ids.tolist()], dtype=torch.float64
+        ),
         "global_num_tokens": int(global_mask.sum()),
         "global_num_seqs": int((global_mask.sum(-1) > 0).sum()),
         "rank_num_tokens": int(rank_mask.sum()),
@@ -205,6 +240,29 @@ def loss_globals(
         "process_group": process_group,
         "aggregation": aggregation,
     }
+
+
+def _prompt_ids(index: Any, mask: Any, name: str) -> npt.NDArray[np.int64]:
+    """``index`` as int64 ``[n]`` (one prompt id per row of ``mask``); None: each row its own prompt."""
+    n = int(mask.shape[0])
+    if index is None:
+        return np.arange(n, dtype=np.int64)
+    ids = np.asarray(index.detach().cpu() if isinstance(index, torch.Tensor) else index)
+    if ids.shape != (n,) or ids.dtype.kind not in "iu":
+        raise ValueError(
+            f"{name} has shape {ids.shape} and dtype {ids.dtype}; pass one integer prompt (group) id per row "
+            f"of its mask ({n} rows)"
+        )
+    return ids.astype(np.int64)
+
+
+def _prompt_tokens(ids: npt.NDArray[np.int64], mask: Any) -> dict[int, float]:
+    """Each prompt's unmasked tokens in ``mask`` (rows by ``ids``)."""
+    per_row = np.asarray(mask.detach().cpu() if isinstance(mask, torch.Tensor) else mask, dtype=np.float64)
+    out: dict[int, float] = {}
+    for g, t in zip(ids.tolist(), per_row.sum(-1).tolist(), strict=True):
+        out[g] = out.get(g, 0.0) + t
+    return out
 
 
 def declared_globals(fn: Callable[..., Any]) -> list[str]:
@@ -820,10 +878,12 @@ def _run_job(
                 piece_adv = piece_adv * torch.tensor(scale, device=device)
             piece_mask = mask[r]
             packed = {}
+            order = None  # the responses' order under packing (each per-response input follows it)
             if job["packing"] != "none":  # several responses per row, their boundaries by keyword
                 packing = pack(lengths[rows[piece]], PACKED_CAPACITY, _T)
                 logp, piece_mask = pack_tensor(logp, packing), pack_tensor(piece_mask, packing)
-                piece_adv = piece_adv[torch.tensor(packing.order, device=device)]
+                order = torch.tensor(packing.order, device=device)
+                piece_adv = piece_adv[order]
                 packed = packing_inputs(PACKING_INPUTS, packing, device)
             if job["pad_value"] is not None:  # padded log-probs holding NaN or inf, on the gradient's path
                 logp = logp + torch.where(piece_mask > 0, 0.0, job["pad_value"]).to(logp.dtype)
@@ -837,7 +897,13 @@ def _run_job(
                 micro_batch_index=j,
                 process_group=group,
                 aggregation=job["aggregation"],
+                micro_index=batch.index[rows[piece]],
+                rank_index=batch.index[rows],
+                global_index=batch.index,
             )
+            for name in ("prompt_index", "prompt_num_tokens"):  # per row, in the order the loss gets the rows
+                per_row = values[name].to(device)
+                values[name] = per_row if order is None else per_row[order]
             # the objective inputs, this micro-batch's rows: neutral at ratio 1, as at levels 0 to 4
             values.update(dict.fromkeys(LOSS_EXTRAS, logp.detach()))
             values["generation_num_tokens"], values["generation_num_seqs"] = generation
@@ -1204,12 +1270,13 @@ def _analyse(
         scores,
         a_full,
         batch.mask,
-        matches[0] if matches and matches[0] in AGGREGATION_MODES else None,
+        matches[0] if matches else None,
         lambda w, m, s: _assignment(batch, w, m, s, sizes),
         constant,
         counts,
         advantage_scope_labels(advantage_scale, advantage_scale_on),
         rtol=pred_rtol,
+        index=batch.index,
     )
     cause = None  # a cause of the packing or the pre-scaled advantages every run confirms
     if aggregation in AGGREGATION_MODES and packing != "none" and lengths is not None:
@@ -1882,7 +1949,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--layout", choices=LAYOUTS, help="how the advantage function is called")
     p.add_argument("--loss", help="pkg.module:attr of loss(logp, old_logp, advantages, mask, **globals)")
     p.add_argument(
-        "--aggregation", choices=AGGREGATION_MODES, help="the declared aggregation (default: detect)"
+        "--aggregation",
+        choices=(*AGGREGATION_MODES, PROMPT_MEAN),
+        help="the declared aggregation (default: detect)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the designed batch")
     add_scaleout_arguments(p)

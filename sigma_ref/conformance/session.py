@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from .._vocabulary import OUTCOMES, VERDICTS
-from ..objectives import resolve_aggregation
+from ..objectives import resolve_declared_aggregation
 from .adapter import Adapter, check_call, load_adapter, oracle_adapter
 from .core import LEVELS, Context, Outcome
 from .detect import Detection, detect_convention
@@ -90,11 +90,14 @@ def build_context(
     changes: dict[str, Any] = {}
     if aggregation is not None:
         changes["aggregation"] = aggregation
-        if aggregation_constant is None and resolve_aggregation(aggregation) != "seq-mean-token-sum-norm":
+        if (
+            aggregation_constant is None
+            and resolve_declared_aggregation(aggregation) != "seq-mean-token-sum-norm"
+        ):
             changes["aggregation_constant"] = None  # the adapter's C belonged to the mode replaced
     if aggregation_constant is not None:
         mode = aggregation if aggregation is not None else adapter.aggregation
-        if mode is None or resolve_aggregation(mode) != "seq-mean-token-sum-norm":
+        if mode is None or resolve_declared_aggregation(mode) != "seq-mean-token-sum-norm":
             raise ValueError(
                 f"--aggregation-constant {aggregation_constant!r} is the C of seq-mean-token-sum-norm, but "
                 f"the aggregation is {mode!r}: add --aggregation seq-mean-token-sum-norm (or dr_grpo), or "
@@ -219,6 +222,12 @@ def declare_objective(
             f"{', '.join(AGGREGATION_MODES)}, or a TRL loss_type): the objective's per-token gradient "
             "depends on it"
         )
+    if resolve_declared_aggregation(adapter.aggregation) == "prompt-mean":
+        raise ValueError(
+            f"--objective {objective} with --aggregation prompt-mean: an objective's per-token gradient is "
+            f"declared with one of {', '.join(AGGREGATION_MODES)}; drop --objective (prompt-mean is judged "
+            "by the aggregation property and at level 5) or declare one of those modes"
+        )
     if clip is None:
         raise ValueError(
             f"--objective {objective} needs --clip EPS_LOW[,EPS_HIGH] (its clip range, e.g. 0.2 or 0.2,0.28)"
@@ -315,7 +324,7 @@ def declarations(adapter: Adapter) -> dict[str, str]:
     if adapter.inputs is not None:
         out["inputs"] = _name(adapter.inputs)
     if adapter.aggregation is not None:
-        mode = resolve_aggregation(adapter.aggregation)
+        mode = resolve_declared_aggregation(adapter.aggregation)
         text = mode if mode == adapter.aggregation else f"{mode} ({adapter.aggregation})"
         if adapter.aggregation_constant is not None:
             text += f", C = {adapter.aggregation_constant:g}"

@@ -5,8 +5,10 @@ takes the global quantities it needs by keyword (``sigma_ref.conformance.scaleou
 as a trainer's loss gets them from its trainer: TRL's ``num_items_in_batch`` and
 ``num_processes``, verl's ``global_batch_info`` (``dp_size``, ``batch_num_tokens``,
 ``global_batch_size``), the Hugging Face Trainer's division by the accumulation steps. Written
-from the trainers' descriptions and from reading TRL 1.16 ``GRPOTrainer._compute_loss`` and
-verl's ``agg_loss``; none is a copy.
+from the trainers' descriptions and from reading TRL 1.16 ``GRPOTrainer._compute_loss``,
+verl's ``agg_loss`` and SkyRL's ``loss_reduction="prompt_mean"``
+(``apply_loss_reduction_to_advantages_minibatch``, which needs ``global_num_prompts`` and
+``prompt_num_tokens``); none is a copy.
 
 :data:`PATTERNS` lists, for each pattern, its wrong and correct entries with the knobs the
 check runs them under (:class:`Entry`) and the class the wrong one must be named with.
@@ -224,6 +226,46 @@ def prescaled_token_mean(logp, old_logp, advantages, mask, *, global_num_tokens,
 
 
 # ---------------------------------------------------------------------------
+# 8. prompt-mean: a token mean per prompt group, then a mean over the prompts (SkyRL's
+# loss_reduction=prompt_mean scales each advantage by 1 / (num_prompts * prompt_tokens) over the
+# mini-batch, from the prompt boundaries, before the workers cut micro-batches)
+
+
+def prompt_mean_loss(logp, old_logp, advantages, mask, *, prompt_num_tokens, global_num_prompts, world_size):  # type: ignore[no-untyped-def]
+    """Each token over its prompt's tokens in the step and the step's prompt count, then a token sum
+    (times W): ``sum_it l_it m_it / (P N_tok(g(i)))`` adds up to the step's prompt-mean."""
+    per_token_loss = _surrogate(logp, old_logp, advantages)
+    weights = mask / (global_num_prompts * prompt_num_tokens).unsqueeze(1)
+    return (per_token_loss * weights).sum() * world_size
+
+
+def micro_prompt_mean(logp, old_logp, advantages, mask, *, prompt_index):  # type: ignore[no-untyped-def]
+    """prompt-mean computed on the micro-batch it is given: a loop over the prompts it holds, each a
+    token mean, then their mean; the trainer divides by the accumulation steps and DDP averages. A
+    mean of per-micro-batch prompt means, exact only when every micro-batch holds the same prompts."""
+    per_token_loss = _surrogate(logp, old_logp, advantages)
+    losses = []
+    for prompt in torch.unique(prompt_index):
+        rows = prompt_index == prompt
+        tokens = mask[rows].sum()
+        if tokens > 0:
+            losses.append((per_token_loss[rows] * mask[rows]).sum() / tokens)
+    return torch.stack(losses).mean()
+
+
+def straddling_prompt_mean(logp, old_logp, advantages, mask, *, prompt_index, global_num_prompts, world_size):  # type: ignore[no-untyped-def]
+    """The step's prompt count, but each prompt's tokens summed over the rows this micro-batch holds
+    (prompt boundaries taken within the micro-batch): a group cut by a micro-batch boundary counts
+    only its part's tokens, so each part weighs as a whole prompt."""
+    per_token_loss = _surrogate(logp, old_logp, advantages)
+    _, inverse = torch.unique(prompt_index, return_inverse=True)
+    tokens = torch.zeros(int(inverse.max()) + 1, dtype=mask.dtype, device=mask.device)
+    tokens = tokens.index_add(0, inverse, mask.sum(-1))
+    weights = mask / (global_num_prompts * tokens[inverse]).unsqueeze(1)
+    return (per_token_loss * weights).sum() * world_size
+
+
+# ---------------------------------------------------------------------------
 # the entries
 
 
@@ -391,6 +433,27 @@ PATTERNS: dict[str, tuple[list[Entry], list[Entry]]] = {
                 _OWN_TOKENS,
             ),
         ],
+    ),
+    "prompt-mean": (
+        [
+            Entry(
+                "micro_prompt_mean",
+                f"{M}:micro_prompt_mean",
+                "prompt-mean",
+                _MEAN,
+                # on one rank a mean over micro-batches and ranks is one over micro-batches: both named
+                "normaliser computed per micro-batch",
+                "normaliser computed per micro-batch and averaged over micro-batches and ranks",
+            ),
+            Entry(
+                "straddling_prompt_mean",
+                f"{M}:straddling_prompt_mean",
+                "prompt-mean",
+                {},
+                "prompt's tokens counted per micro-batch",
+            ),
+        ],
+        [Entry("prompt_mean_loss", f"{M}:prompt_mean_loss", "prompt-mean")],
     ),
 }
 WRONG: list[Entry] = [e for wrong, _ in PATTERNS.values() for e in wrong]
