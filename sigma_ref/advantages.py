@@ -53,8 +53,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _arrays
-from ._arrays import Array, Layout, is_tensor
+from . import _layouts, _roundtrip, _tensors, _validate
+from ._layouts import Layout
+from ._tensors import Array, is_tensor
 from .conventions import DR_GRPO, PAPER, Convention, get_convention
 
 __all__ = [
@@ -86,13 +87,13 @@ def _quiet(func: Any) -> Any:
 
 
 def _xp(v: Array) -> Any:
-    return _arrays.torch_module() if is_tensor(v) else np
+    return _tensors.torch_module() if is_tensor(v) else np
 
 
 def _pow2(e: Array) -> Array:
     """``2.0**e`` as float64 for integer ``e`` in ``[-1022, 1023]``."""
     if is_tensor(e):  # from the bits (torch.ldexp goes through pow, which may round)
-        torch = _arrays.torch_module()
+        torch = _tensors.torch_module()
         return ((e.to(torch.int64) + 1023) << 52).view(torch.float64)
     return np.ldexp(1.0, e)
 
@@ -101,18 +102,18 @@ def _sqrt(v: Array) -> Array:
     """Correctly rounded square root (torch's CPU float64 sqrt can be 1 ulp off; numpy's is not)."""
     if is_tensor(v):
         if v.device.type == "cpu":
-            return _arrays.torch_module().from_numpy(np.sqrt(v.contiguous().numpy()))
+            return _tensors.torch_module().from_numpy(np.sqrt(v.contiguous().numpy()))
         return v.sqrt()
     return np.sqrt(v)
 
 
 def _int64(e: Array) -> Array:
-    return e.to(_arrays.torch_module().int64) if is_tensor(e) else e.astype(np.int64)
+    return e.to(_tensors.torch_module().int64) if is_tensor(e) else e.astype(np.int64)
 
 
 def _zeros_int64(like: Array) -> Array:
     if is_tensor(like):
-        return _arrays.torch_module().zeros_like(like, dtype=_arrays.torch_module().int64)
+        return _tensors.torch_module().zeros_like(like, dtype=_tensors.torch_module().int64)
     return np.zeros(like.shape, dtype=np.int64)
 
 
@@ -132,7 +133,7 @@ def _times_pow2(v: Array, e: Array) -> Array:
 
 def _where(cond: Array, a: Any, b: Any) -> Array:
     if is_tensor(cond):
-        torch = _arrays.torch_module()
+        torch = _tensors.torch_module()
         return torch.where(cond, a, b)
     return np.where(cond, a, b)
 
@@ -149,7 +150,7 @@ def _centering(units: float | None, largest: int) -> str:
 
 
 def _largest_group(lay: Layout) -> int:
-    return lay.size if isinstance(lay, _arrays.Rows) else int(lay.sizes.max())
+    return lay.size if isinstance(lay, _layouts.Rows) else int(lay.sizes.max())
 
 
 def _short_significands(values: Array) -> bool:
@@ -159,7 +160,7 @@ def _short_significands(values: Array) -> bool:
     flat = values.reshape(-1)
     for part in (flat[:256], flat):
         if is_tensor(part):
-            narrow = part.to(_arrays.torch_module().float32)
+            narrow = part.to(_tensors.torch_module().float32)
         else:
             with np.errstate(over="ignore"):  # beyond float32's range: inf, unequal, False
                 narrow = part.astype(np.float32)
@@ -195,7 +196,7 @@ def _magnitudes(flat: Array) -> tuple[float, float]:
     ``bits - 1`` wraps 0 to the largest pattern, out of the minimum's way), two integer
     reductions with no mask (a masked float minimum is 20x slower on rewards with many 0s)."""
     if is_tensor(flat):
-        torch = _arrays.torch_module()
+        torch = _tensors.torch_module()
         magnitude = flat.abs()
         low = torch.where(magnitude > 0, magnitude, math.inf).min()
         return float(magnitude.max()), float(low)
@@ -248,7 +249,7 @@ def _center(values: Array, lay: Layout, *, owned: bool = False, units: float | N
     in ``proofs/13_kernel.py``.
     """
     xp = _xp(values)
-    scratch = None if isinstance(lay, _arrays.Rows) else xp.empty_like(values)
+    scratch = None if isinstance(lay, _layouts.Rows) else xp.empty_like(values)
     way = _centering(units, _largest_group(lay))
     if way == "exact":
         return _center_exact(values, lay, owned, scratch)
@@ -261,7 +262,7 @@ def _center(values: Array, lay: Layout, *, owned: bool = False, units: float | N
         return _finish_centering(values, lay, None, None, exponent, None, scratch, owned, unscaled=True)
     lo, hi = lay.min(values), lay.max(values)  # NaN and inf show up here: no extra pass
     if not bool((xp.isfinite(lo) & xp.isfinite(hi)).all()):
-        _arrays.check_finite(values, lay, "rewards")
+        _validate.check_finite(values, lay, "rewards")
     silent = lo == hi
     top = xp.maximum(abs(lo), abs(hi))
     if bool((top <= _SAFE).all()) and bool(((top >= 1 / _SAFE) | silent).all()):
@@ -307,7 +308,7 @@ def _finish_centering(
     first_mean = lay.sum(values if shifted is None else shifted) / size
     if shifted is None:
         if not bool(_xp(first_mean).isfinite(first_mean).all()):  # NaN or inf: no float32 sum overflows
-            _arrays.check_finite(values, lay, "rewards")
+            _validate.check_finite(values, lay, "rewards")
         shifted = _minus(values, lay.expand(first_mean, scratch), owned)
     else:
         shifted -= lay.expand(first_mean, scratch)
@@ -344,7 +345,7 @@ def _center_exact(values: Array, lay: Layout, owned: bool, scratch: Array | None
     size = lay.sizes
     total = lay.sum(values)
     mean = total / size
-    if isinstance(lay, _arrays.Rows):
+    if isinstance(lay, _layouts.Rows):
         count: Any = float(lay.size)
     else:  # groups of one size (the usual case) scale by a scalar, with no per-element count
         smallest, largest = float(size.min()), float(size.max())
@@ -405,12 +406,12 @@ def _fold(den: Array, shift: Array) -> tuple[Array, Array]:
 def _apply(kernel: _Kernel, centered: Array, den: Array, shift: Array | None, dtype: Any = None) -> Array:
     """``centered / (den * 2**shift)`` per element, in place on ``centered``: one division
     unless some shift is extreme; a value that overflows float64 raises. ``dtype``: a numpy
-    dtype the unscaled quotient of a numpy :class:`~sigma_ref._arrays.Segments` kernel is
+    dtype the unscaled quotient of a numpy :class:`~sigma_ref._layouts.Segments` kernel is
     written in (the output's, so the division and the conversion are one pass)."""
     lay = kernel.layout
     if shift is None:  # unscaled: |centered| <= 2**401 and d >= 2**-460, nothing can overflow
         narrower = dtype is not None and not is_tensor(centered) and dtype != centered.dtype
-        if narrower and isinstance(lay, _arrays.Segments):
+        if narrower and isinstance(lay, _layouts.Segments):
             out = np.empty(centered.shape, dtype=dtype)
             return np.divide(centered, lay.expand(den, kernel.scratch), out=out, casting="unsafe")
         centered /= lay.expand(den, kernel.scratch)
@@ -478,7 +479,7 @@ def _statistics(
                 "needs at least 2; use scale='group' or more rewards"
             )
         one = xp.ones(1, dtype=values.dtype) if not is_tensor(values) else values.new_ones(1)
-        whole = _center(values.reshape(-1, 1), _arrays.Rows(1, n, one * n, (), 0, 1), units=units)
+        whole = _center(values.reshape(-1, 1), _layouts.Rows(1, n, one * n, (), 0, 1), units=units)
     kernel = _center(values, lay, owned=owned, units=units)
     singleton = kernel.singleton
     if conv.singleton == "error" and bool(singleton.any()):
@@ -578,7 +579,7 @@ _NARROW_MAX = {
 }
 
 
-def _fits_output(adv: Array, kernel: _Kernel, backend: _arrays.Backend, what: str) -> Array:
+def _fits_output(adv: Array, kernel: _Kernel, backend: _roundtrip.Backend, what: str) -> Array:
     """``adv`` (the kernel's layout, float64 or the output dtype), or a ValueError naming the first
     group whose value does not fit in a floating output dtype narrower than float64 (a float16
     RLOO advantage of rewards ``[65504, -65504]`` is 131008 > 65504: never ``inf`` silently)."""
@@ -602,7 +603,7 @@ class _Prepared(NamedTuple):
 
     values: Array  # float64, in the layout's value shape
     layout: Layout
-    backend: _arrays.Backend
+    backend: _roundtrip.Backend
     units: float | None  # _units of the input
     owned: bool  # values is a private copy (the [G, B] copy, or a float64 conversion)
 
@@ -610,16 +611,16 @@ class _Prepared(NamedTuple):
 def _prepare(rewards: Any, index: Any, dim: Any, *, sort: bool = True, statistics: bool = True) -> _Prepared:
     """The float64 values and their layout. ``sort=False`` for results given per reward
     (advantages, masks): the groups need not be numbered in sorted id order
-    (:func:`_arrays.factorize`), so string ids are never sorted; errors name the same group
+    (:func:`sigma_ref._factorize.factorize`), so string ids are never sorted; errors name the same group
     either way (``first_group``). ``statistics=False``: no kernel follows (``units`` is None)."""
-    x, backend = _arrays.as_float64(rewards, "rewards", library="auto", copy=False, convert=False)
-    values, lay = _arrays.arrange(x, index, dim, "rewards", sort=sort)
+    x, backend = _roundtrip.as_float64(rewards, "rewards", library="auto", copy=False, convert=False)
+    values, lay = _layouts.arrange(x, index, dim, "rewards", sort=sort)
     units = None
     if statistics:  # on the input as it is (half the bytes for float32), else on the float64 values
         name = str(x.dtype).removeprefix("torch.")
         floating = name.startswith(("float", "bfloat"))
         units = _units(x, name in _SHORT_DTYPES) if floating else _units(values, False)
-    owned = isinstance(lay, _arrays.Rows) or values is not x  # not the caller's memory
+    owned = isinstance(lay, _layouts.Rows) or values is not x  # not the caller's memory
     return _Prepared(values, lay, backend, units, owned)
 
 
@@ -657,7 +658,7 @@ class GroupStatistics:
     inverse: Array | None
     convention: Convention
     _layout: Layout = dataclasses.field(repr=False, compare=False)
-    _backend: _arrays.Backend = dataclasses.field(repr=False, compare=False)
+    _backend: _roundtrip.Backend = dataclasses.field(repr=False, compare=False)
 
     def expand(self, per_group: Array) -> Array:
         """A per-group array (shaped like ``self.mean``) as one value per reward, shaped like
@@ -675,7 +676,7 @@ class GroupStatistics:
             if is_tensor(inverse) and not is_tensor(per_group):
                 inverse = inverse.cpu().numpy()
             return per_group[inverse]
-        assert isinstance(lay, _arrays.Rows)  # [..., G] rewards: one row per group
+        assert isinstance(lay, _layouts.Rows)  # [..., G] rewards: one row per group
         moved = per_group[..., None]
         shape = (*moved.shape[:-1], lay.size)
         if is_tensor(moved):
@@ -824,10 +825,10 @@ def dapo_keep_mask(rewards: Array, *, index: Any = None, dim: int = -1) -> Array
            [False, False, False]])
     """
     values, lay, backend, _, _ = _prepare(rewards, index, dim, sort=False, statistics=False)
-    _arrays.check_finite(values, lay, "rewards")
+    _validate.check_finite(values, lay, "rewards")
     keep = lay.min(values) < lay.max(values)  # not silent; a singleton is silent
     element = lay.expand(keep)
-    if isinstance(lay, _arrays.Rows):
+    if isinstance(lay, _layouts.Rows):
         shape = (lay.size, lay.n_groups)
         element = element.expand(shape) if is_tensor(element) else np.broadcast_to(element, shape)
     return backend.out(lay.restore(element), "bool")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _arrays
+from . import _roundtrip, _validate
 from .difficulty import exact_group_size, min_group_size, silent_group_rate
 
 __all__ = [
@@ -180,14 +180,14 @@ def audit_columns(p: Any, G: int = 8, epsilon: float = 0.05, *, exact: bool = Tr
     >>> cols.closed.tolist(), cols.exact.tolist(), cols.status.tolist()
     ([10.0, 86.0], [11.0, 113.0], [0, 2])
     """
-    p_arr, _ = _arrays.numeric(p, "pass_rates")
+    p_arr, _ = _roundtrip.numeric(p, "pass_rates")
     p_arr = p_arr.reshape(-1)
-    _arrays.check_probability(p_arr, "pass_rates")
-    G_arr, _ = _arrays.numeric(G, "G")
+    _validate.check_probability(p_arr, "pass_rates")
+    G_arr, _ = _roundtrip.numeric(G, "G")
     if G_arr.ndim != 0:
         raise TypeError(f"G={G!r} must be one integer group size")
-    _arrays.check_group_size(G_arr)
-    eps = _arrays.check_epsilon(epsilon)
+    _validate.check_group_size(G_arr)
+    eps = _validate.check_epsilon(epsilon)
     waste = np.asarray(silent_group_rate(p_arr, int(G_arr)), dtype=np.float64).reshape(-1)
     closed, exact_sizes = group_sizes(p_arr, eps, exact=exact)
     return AuditColumns(p_arr, waste, closed, exact_sizes, _status_codes(waste))
@@ -255,7 +255,7 @@ def corpus_audit(pass_rates: Any, *, G: int = 8, epsilon: float = 0.05) -> Audit
     """
     cols = audit_columns(pass_rates, G, epsilon)
     average = float(cols.silent_rate.mean())
-    return AuditResult(int(G), _arrays.check_epsilon(epsilon), tuple(cols.rows()), average, 1 - average)
+    return AuditResult(int(G), _validate.check_epsilon(epsilon), tuple(cols.rows()), average, 1 - average)
 
 
 # ---------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from . import _arrays
+from . import _roundtrip, _validate
 from ._vocabulary import METHODS, Method
 
 __all__ = [
@@ -435,11 +435,11 @@ def _deficit(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     return out
 
 
-def _p_and_G(p: Any, G: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], _arrays.Returner]:
-    p_arr, back = _arrays.numeric(p, "p")
-    _arrays.check_probability(p_arr)
-    G_arr, _ = _arrays.numeric(G, "G")
-    _arrays.check_group_size(G_arr)
+def _p_and_G(p: Any, G: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], _roundtrip.Returner]:
+    p_arr, back = _roundtrip.numeric(p, "p")
+    _validate.check_probability(p_arr)
+    G_arr, _ = _roundtrip.numeric(G, "G")
+    _validate.check_group_size(G_arr)
     if (G_arr > _MAX_G).any():
         raise ValueError(f"G={float(G_arr.max()):g} is above the supported maximum 2**40")
     try:
@@ -563,9 +563,9 @@ def min_group_size(p: Any, *, epsilon: float = 0.05) -> Any:
     >>> min_group_size(0.5), min_group_size(0.03)
     (10, 86)
     """
-    eps = _arrays.check_epsilon(epsilon)
-    p_arr, back = _arrays.numeric(p, "p")
-    _arrays.check_probability(p_arr, open_interval=True)
+    eps = _validate.check_epsilon(epsilon)
+    p_arr, back = _roundtrip.numeric(p, "p")
+    _validate.check_probability(p_arr, open_interval=True)
     with np.errstate(over="ignore"):
         size = np.ceil(1 / (8 * eps * p_arr * (1 - p_arr)))
     too_big = ~(size < 2.0**63)  # would wrap around in int64
@@ -681,9 +681,9 @@ def exact_group_size(p: Any, *, epsilon: float = 0.05) -> Any:
     >>> exact_group_size(0.5), exact_group_size(0.03)
     (11, 113)
     """
-    eps = _arrays.check_epsilon(epsilon)
-    p_arr, back = _arrays.numeric(p, "p")
-    _arrays.check_probability(p_arr, open_interval=True)
+    eps = _validate.check_epsilon(epsilon)
+    p_arr, back = _roundtrip.numeric(p, "p")
+    _validate.check_probability(p_arr, open_interval=True)
     pf = p_arr.reshape(-1)
     half, inverse = np.unique(np.minimum(pf, 1.0 - pf), return_inverse=True)
     # 1 - phi(G) >= 1/(2G) > eps for every G < 1/(2 eps), and at G = 1/(2 eps) (an integer) too
@@ -745,8 +745,8 @@ def difficulty_weight(p: Any) -> Any:
     >>> difficulty_weight(0.5)
     2.0
     """
-    p_arr, back = _arrays.numeric(p, "p")
-    _arrays.check_probability(p_arr)
+    p_arr, back = _roundtrip.numeric(p, "p")
+    _validate.check_probability(p_arr)
     with np.errstate(divide="ignore"):
         return back(1 / np.sqrt(p_arr * (1 - p_arr)))
 
@@ -764,8 +764,8 @@ def mass_weight(p: Any, *, G: Any = None, method: Method = "grpo") -> Any:
     method = _check_method(method)
     if G is not None:
         return expected_gradient(p, G, method=method)
-    p_arr, back = _arrays.numeric(p, "p")
-    _arrays.check_probability(p_arr)
+    p_arr, back = _roundtrip.numeric(p, "p")
+    _validate.check_probability(p_arr)
     var = p_arr * (1 - p_arr)
     return back(np.sqrt(var) if method == "grpo" else var)
 
@@ -779,7 +779,7 @@ def mass_share(p: Any, mask: Any, *, G: Any = None, method: Method = "grpo") -> 
     >>> round(mass_share([0.05, 0.5], [True, False]), 4)
     0.3036
     """
-    weights = np.asarray(_arrays.numeric(mass_weight(p, method=method, G=G), "p")[0], dtype=np.float64)
+    weights = np.asarray(_roundtrip.numeric(mass_weight(p, method=method, G=G), "p")[0], dtype=np.float64)
     weights = weights.reshape(-1)
     if isinstance(mask, (str, bytes)):
         raise TypeError(f"mask={mask!r} must be an array of booleans, one per prompt")
@@ -805,8 +805,8 @@ def arcsine_objective(p: Any) -> Any:
     >>> round(arcsine_objective(0.5), 6)  # pi / 2
     1.570796
     """
-    p_arr, back = _arrays.numeric(p, "p")
-    _arrays.check_probability(p_arr)
+    p_arr, back = _roundtrip.numeric(p, "p")
+    _validate.check_probability(p_arr)
     upper = p_arr > 0.5
     low = 2 * np.arcsin(np.sqrt(np.where(upper, 0.0, p_arr)))
     high = np.pi - 2 * np.arcsin(np.sqrt(np.where(upper, 1.0 - p_arr, 0.0)))
