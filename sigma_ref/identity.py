@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from . import _layouts, _roundtrip, _validate
+from ._kernel import _sqrt, _statistics, _times_pow2
 from ._layouts import Groups
 from ._tensors import Array
-from .advantages import _sqrt, _statistics, _times_pow2
 from .conventions import PAPER, Convention, get_convention
 
 __all__ = ["policy_gradient", "decompose", "decompose_continuous", "Decomposition", "ContinuousDecomposition"]

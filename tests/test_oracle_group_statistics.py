@@ -172,7 +172,7 @@ def test_torch_kernel_equals_numpy_kernel(monkeypatch: pytest.MonkeyPatch, layou
 
 def _float32_rows(way: str, G: int, rng: np.random.Generator) -> np.ndarray:
     """Rows of float32 numbers (held in float64) that the kernel centers ``way``."""
-    from sigma_ref.advantages import _centering, _units
+    from sigma_ref._kernel import _centering, _units
 
     rows = np.concatenate(
         [
