@@ -249,7 +249,7 @@ import math
 
 import mpmath
 
-from sigma_ref.difficulty import _TAIL, _window
+from sigma_ref._binomial_sums import _TAIL, _window
 
 Gs = sp.Symbol("G_s", positive=True)
 share = (Gs - 1) * (Gs / 2) / sp.sqrt(Gs - 1)  # count x largest weight / smallest w_a (times exp(-L))

@@ -12,7 +12,7 @@
 # # 13. The statistics kernel: exact centering, exact silent detection, and the error bound
 #
 # `group_statistics` and every advantage function center each group once, one of three ways
-# chosen from the values (`sigma_ref.advantages._centering`):
+# chosen from the values (`sigma_ref._kernel._centering`):
 #
 # * **exact**: the values of the whole batch are float32 numbers and, with `low` the batch's
 #   smallest non-zero `|R|` (`2**(e-1) <= low < 2**e`), `q = e - 24` and `U = max|R| / 2**q`
@@ -38,7 +38,7 @@ import numpy as np
 import sympy as sp
 
 from sigma_ref import dr_grpo_advantage, group_statistics
-from sigma_ref.advantages import _EXACT_UNITS, _SHORT_MAX_G, _centering, _units
+from sigma_ref._kernel import _EXACT_UNITS, _SHORT_MAX_G, _centering, _units
 
 u = Fraction(1, 2**53)
 rng = np.random.default_rng(13)

@@ -1,7 +1,7 @@
 """Private: arrays of other array-API libraries at the oracle's boundary (jax, cupy, array_api_strict, ...).
 
-The oracle's statistics are written once, for numpy and torch (``sigma_ref._arrays``). An
-array of any other library that implements the array API standard (it has
+The oracle's statistics are written once, for numpy and torch (``sigma_ref._layouts``,
+``sigma_ref._roundtrip``). An array of any other library that implements the array API standard (it has
 ``__array_namespace__``; numpy and torch keep their own paths) makes the round trip here:
 
 * in: :func:`to_numpy` copies it to the host as a numpy array (``numpy.from_dlpack``, zero

@@ -56,10 +56,10 @@ def _audit(args: argparse.Namespace) -> int:
     _check_plot(args, [args.file, args.rollouts])
     if args.rollouts:
         return _audit_rollouts(args)
-    from . import audit
+    from . import _audit_files, _audit_output, _text_table, audit
 
     rates = list(args.pass_rates)
-    extra = audit.read_pass_rates(args.file) if args.file else None
+    extra = _audit_files.read_pass_rates(args.file) if args.file else None
     if not rates and (extra is None or extra.size == 0):
         raise ValueError(
             "give pass rates as arguments, with --file PATH, or a rollout log with --rollouts PATH"
@@ -90,20 +90,20 @@ def _audit(args: argparse.Namespace) -> int:
     if args.json:
         average = float(cols.silent_rate.mean())
         out.write(f'{{\n  "G": {G},\n  "epsilon": {eps!r},\n  "rows": [\n')
-        audit.write_rows(cols, out, "json")
+        _audit_output.write_rows(cols, out, "json")
         out.write(f'\n  ],\n  "average_waste": {average!r},\n  "effective_budget": {1 - average!r}\n}}\n')
         return 0
     if args.csv:
         out.write("p,silent_rate,closed_form_group_size,exact_group_size,status\n")
-        audit.write_rows(cols, out, "csv")
+        _audit_output.write_rows(cols, out, "csv")
         return 0
-    out.write("\n".join(audit.audit_summary(cols, G, eps)) + "\n\n")
+    out.write("\n".join(_audit_output.audit_summary(cols, G, eps)) + "\n\n")
     head = ("p", "silent", "G (closed form)", "G (exact)", "status")
     if args.all:
         widths = (24, 7, len(head[2]), len(head[3]), 8)
         out.write("  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)) + "\n")
         out.write("  ".join("-" * w for w in widths) + "\n")
-        audit.write_rows(cols, out, "table", widths)
+        _audit_output.write_rows(cols, out, "table", widths)
         return 0
     # the never/always-correct prompts are counted in the summary; list the worst of the rest
     live = np.flatnonzero((cols.p > 0) & (cols.p < 1))
@@ -123,7 +123,7 @@ def _audit(args: argparse.Namespace) -> int:
     out.write(
         f"The {len(body)} prompts with the highest silent rate (--top N for more, --all for every row):\n"
     )
-    out.write("\n".join(audit.table(("row", *head), body)) + "\n")
+    out.write("\n".join(_text_table.table(("row", *head), body)) + "\n")
     return 0
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _arrays
-from ._arrays import Array, Groups
-from .advantages import _sqrt, _statistics, _times_pow2
+from . import _layouts, _roundtrip, _validate
+from ._kernel import _sqrt, _statistics, _times_pow2
+from ._layouts import Groups
+from ._tensors import Array
 from .conventions import PAPER, Convention, get_convention
 
 __all__ = ["policy_gradient", "decompose", "decompose_continuous", "Decomposition", "ContinuousDecomposition"]
@@ -29,7 +30,7 @@ __all__ = ["policy_gradient", "decompose", "decompose_continuous", "Decompositio
 
 def _scores_like(scores: Any, values: torch.Tensor, groups: Groups, name: str) -> tuple[torch.Tensor, bool]:
     """Flat ``[N, d]`` scores aligned with the flat rewards; ``True`` if scalar scores."""
-    s, _ = _arrays.as_float64(scores, "scores", library="torch")
+    s, _ = _roundtrip.as_float64(scores, "scores", library="torch")
     s = s.to(values.device)
     shape = tuple(values.shape)
     scalar = tuple(s.shape) == shape
@@ -84,7 +85,7 @@ def _fits(backend: Any, groups: Groups, scalar: bool, **results: torch.Tensor) -
 
 
 def _finish(value: torch.Tensor, groups: Groups, scalar: bool) -> torch.Tensor:
-    value = _arrays.per_group(value, groups)
+    value = _layouts.per_group(value, groups)
     return value.squeeze(-1) if scalar else value
 
 
@@ -99,9 +100,9 @@ def policy_gradient(advantages: Array, scores: Array, *, index: Any = None, dim:
     >>> policy_gradient(np.array([1.0, -1.0]), np.array([[2.0], [0.0]]))
     array([1.])
     """
-    a, backend = _arrays.as_float64(advantages, "advantages", library="torch")
-    flat, groups = _arrays.layout(a, index, dim, "advantages")
-    _arrays.check_finite(flat, groups, "advantages")
+    a, backend = _roundtrip.as_float64(advantages, "advantages", library="torch")
+    flat, groups = _layouts.layout(a, index, dim, "advantages")
+    _validate.check_finite(flat, groups, "advantages")
     s, scalar = _scores_like(scores, a, groups, "advantages")
     g = groups.mean(flat.unsqueeze(-1) * s)
     _finite_or_raise(groups, update=g)
@@ -155,10 +156,10 @@ def decompose(
     (0.4330127018922193, [3.0], [1.299038105676658])
     """
     conv = get_convention(convention)
-    x, backend = _arrays.as_float64(rewards, "rewards", library="torch")
-    flat, groups = _arrays.layout(x, index, dim, "rewards")
-    _arrays.check_finite(flat, groups, "rewards")
-    _arrays.check_binary(
+    x, backend = _roundtrip.as_float64(rewards, "rewards", library="torch")
+    flat, groups = _layouts.layout(x, index, dim, "rewards")
+    _validate.check_finite(flat, groups, "rewards")
+    _validate.check_binary(
         flat,
         groups,
         "rewards",
@@ -189,7 +190,7 @@ def decompose(
         delta_s=delta,
         prediction=prediction,
     )
-    per = _arrays.per_group
+    per = _layouts.per_group
     return Decomposition(
         k=backend.out(per(k, groups), "int64"),
         G=backend.out(per(n, groups), "int64"),
@@ -243,9 +244,9 @@ def decompose_continuous(
     (2.0, 0.816497)
     """
     conv = get_convention(convention)
-    x, backend = _arrays.as_float64(rewards, "rewards", library="torch")
-    flat, groups = _arrays.layout(x, index, dim, "rewards")
-    _arrays.check_finite(flat, groups, "rewards")
+    x, backend = _roundtrip.as_float64(rewards, "rewards", library="torch")
+    flat, groups = _layouts.layout(x, index, dim, "rewards")
+    _validate.check_finite(flat, groups, "rewards")
     s, scalar = _scores_like(scores, x, groups, "rewards")
     stats = _statistics(flat, groups, conv)
     kern = stats.kernel
@@ -274,7 +275,7 @@ def decompose_continuous(
     _finite_or_raise(
         groups, prediction=prediction, covariance=cov, slope=torch.where(live.unsqueeze(-1), slope, 0)
     )
-    per = _arrays.per_group
+    per = _layouts.per_group
     return ContinuousDecomposition(
         G=backend.out(per(groups.sizes, groups), "int64"),
         sigma=backend.out(per(sigma, groups), "float64"),

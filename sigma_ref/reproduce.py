@@ -145,7 +145,7 @@ def controlled_experiment(prompts: int = 6000, steps: int = 150, G: int = 8, see
 
 def report(cells: list[TableCell], experiment: Experiment) -> str:
     """The table and the experiment as text."""
-    from .audit import table
+    from ._text_table import table
 
     out = [
         "Exact least G with fidelity >= 1 - epsilon (same at 1 - p), closed form 1/(8 eps p(1-p)) beside it",

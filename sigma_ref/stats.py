@@ -14,19 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from . import _arrays
+from . import _errors, _roundtrip, _validate
 
 __all__ = ["group_sigma", "centered_norm"]
 
 
-def _counts(k: Any, G: Any) -> tuple[np.ndarray, np.ndarray, _arrays.Returner]:
-    k_arr, back = _arrays.numeric(k, "k")
-    G_arr, _ = _arrays.numeric(G, "G")
-    _arrays.check_group_size(G_arr, "G")
+def _counts(k: Any, G: Any) -> tuple[np.ndarray, np.ndarray, _roundtrip.Returner]:
+    k_arr, back = _roundtrip.numeric(k, "k")
+    G_arr, _ = _roundtrip.numeric(G, "G")
+    _validate.check_group_size(G_arr, "G")
     if k_arr.size == 0:
         raise ValueError("k is empty; pass at least one count of correct responses")
     if (~np.isfinite(k_arr) | (k_arr != np.round(k_arr))).any():
-        raise TypeError(f"k={_arrays.short(k)} must hold integers (counts of correct responses)")
+        raise TypeError(f"k={_errors.short(k)} must hold integers (counts of correct responses)")
     try:
         k_b, G_b = np.broadcast_arrays(k_arr, G_arr)
     except ValueError:

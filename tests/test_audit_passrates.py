@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from sigma_ref import corpus_audit
-from sigma_ref.audit import MAX_BAD_LINES, audit_columns, parse_pass_rates
+from sigma_ref._audit_files import MAX_BAD_LINES, parse_pass_rates
+from sigma_ref.audit import audit_columns
 from sigma_ref.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,9 +124,9 @@ def test_streamed_outputs_equal_the_audit(
     flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--json``, ``--csv`` and ``--all`` write every row (in chunks) with the audit's values."""
-    import sigma_ref.audit as audit
+    import sigma_ref._audit_output as audit_output
 
-    monkeypatch.setattr(audit, "CHUNK_ROWS", 7)  # several chunks
+    monkeypatch.setattr(audit_output, "CHUNK_ROWS", 7)  # several chunks
     rates = [0.5, 0.0, 1e-5, 0.999999, 0.3, 1.0, 1e-30] * 3
     path = tmp_path / "rates.txt"
     path.write_text(" ".join(map(repr, rates)))
@@ -167,7 +168,17 @@ def test_audit_path_imports_no_torch_or_sympy() -> None:
 
 def test_cli_module_imports_lazily() -> None:
     """``sigma_ref.cli``, ``sigma_ref.audit`` and ``sigma_ref.rollouts`` import no torch/sympy themselves."""
-    for name in ("cli", "audit", "rollouts", "reproduce", "plots"):
+    for name in (
+        "cli",
+        "audit",
+        "_audit_files",
+        "_audit_output",
+        "_rollout_audit",
+        "_text_table",
+        "rollouts",
+        "reproduce",
+        "plots",
+    ):
         source = (ROOT / "sigma_ref" / f"{name}.py").read_text()
         top = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
         assert not [line for line in top if "torch" in line or "sympy" in line or "conformance" in line], name
@@ -175,7 +186,7 @@ def test_cli_module_imports_lazily() -> None:
 
 def test_chunked_parse_equals_whole(monkeypatch) -> None:
     """Parsing in chunks cut at separators gives the same rates as one piece, and finds bad tokens."""
-    import sigma_ref.audit as audit
+    import sigma_ref._audit_files as audit_files
 
     rng = np.random.default_rng(5)
     rates = rng.random(2000)
@@ -185,7 +196,7 @@ def test_chunked_parse_equals_whole(monkeypatch) -> None:
         + "\n"
         + "\n".join(map(repr, rates[1000:].tolist()))
     ).encode()
-    monkeypatch.setattr(audit, "_CHUNK_BYTES", 97)
+    monkeypatch.setattr(audit_files, "_CHUNK_BYTES", 97)
     assert np.array_equal(parse_pass_rates(data), rates)
     with pytest.raises(ValueError, match=r"<input>:1003: 'x' \(not a number\)"):
         parse_pass_rates(data + b"\nx\n")
@@ -205,15 +216,15 @@ def test_rows_written_to_text_and_byte_streams_agree(kind: str, monkeypatch: pyt
     decoded text otherwise (``io.StringIO``): the same text, chunk separators included."""
     import io
 
-    import sigma_ref.audit as audit
+    import sigma_ref._audit_output as audit_output
 
-    monkeypatch.setattr(audit, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(audit_output, "CHUNK_ROWS", 3)
     cols = audit_columns([0.5, 0.0, 1e-5, 0.999999, 0.3, 1.0, 1e-30, 0.25], G=4)
     text = io.StringIO()
-    audit.write_rows(cols, text, kind)
+    audit_output.write_rows(cols, text, kind)
     raw = io.BytesIO()
     wrapper = io.TextIOWrapper(raw, encoding="utf-8")
-    audit.write_rows(cols, wrapper, kind)
+    audit_output.write_rows(cols, wrapper, kind)
     wrapper.flush()
     assert raw.getvalue().decode() == text.getvalue()
     lines = text.getvalue().splitlines()

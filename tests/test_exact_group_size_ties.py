@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from sigma_ref import exact_group_size, fidelity
-from sigma_ref.difficulty import _deficit, _short_certified
+from sigma_ref._binomial_sums import _deficit
+from sigma_ref.difficulty import _short_certified
 from tests.helpers import windowed_expected_sigma
 
 DPS = 120

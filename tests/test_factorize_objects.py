@@ -1,8 +1,8 @@
 """Large batches of object ids (issue 12): grouped by identity first, then by value.
 
-``sigma_ref._arrays.factorize`` on 4,096 or more ids reads the objects' addresses (the list's own
+``sigma_ref._factorize.factorize`` on 4,096 or more ids reads the objects' addresses (the list's own
 pointer array on CPython) and hashes one object per address. Every case here is checked against
-the plain dict-over-every-element factorisation (``_factorize_by_value``), which defines the result.
+the plain dict-over-every-element factorisation (``factorize_by_value``), which defines the result.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from sigma_ref import group_statistics, grpo_advantage
-from sigma_ref._arrays import _addresses, _factorize_by_value, _factorize_objects, factorize
+from sigma_ref._factorize import _factorize_objects, factorize, factorize_by_value
+from sigma_ref._pylist import addresses
 
 N = 8192
 
@@ -33,15 +34,15 @@ def _same(
 
 def test_addresses_are_ids() -> None:
     seq = [object() for _ in range(100)] + ["a"] * 50 + [1.5, None, (1, 2)]
-    assert _addresses(seq).tolist() == [id(x) for x in seq]
-    assert _addresses([]).size == 0
+    assert addresses(seq).tolist() == [id(x) for x in seq]
+    assert addresses([]).size == 0
 
 
 def test_interleaved_uuid_strings_match_the_dict_factorisation() -> None:
     names = _uuids(N // 8)
     order = np.random.default_rng(1).permutation(N) // 8
     seq = [names[i] for i in order]
-    _same(_factorize_objects(seq), _factorize_by_value(seq))
+    _same(_factorize_objects(seq), factorize_by_value(seq))
     _, sizes, ids = _factorize_objects(seq)
     assert ids.tolist() == sorted(names) and (sizes == 8).all()
 
@@ -53,14 +54,14 @@ def test_equal_strings_in_distinct_objects_are_one_group() -> None:
     copies = ["".join(list(names[0])) for _ in range(8)]
     assert copies[0] is not names[0] and copies[0] == names[0]
     seq[:8] = copies
-    _same(_factorize_objects(seq), _factorize_by_value(seq))
+    _same(_factorize_objects(seq), factorize_by_value(seq))
     _, sizes, ids = _factorize_objects(seq)
     assert sizes[ids.tolist().index(names[0])] == N // len(names) + 8 - 1  # 8 copies replaced 1 original
 
 
 def test_unsortable_ids_keep_first_seen_order() -> None:
     seq = ([1, "1", (2,)] * (N // 3 + 1))[:N]
-    _same(_factorize_objects(seq), _factorize_by_value(seq))
+    _same(_factorize_objects(seq), factorize_by_value(seq))
     assert _factorize_objects(seq)[2].tolist() == [1, "1", (2,)]
 
 
@@ -68,7 +69,7 @@ def test_object_array_of_uids_matches() -> None:
     """verl's layout: ``np.repeat`` of an object array of uuid strings."""
     uids = np.repeat(np.array(_uuids(N // 8), dtype=object), 8)
     inverse, _, ids = factorize(uids, N)
-    want = _factorize_by_value(uids.tolist())
+    want = factorize_by_value(uids.tolist())
     assert inverse.tolist() == want[0].tolist() and ids.tolist() == want[2].tolist()
 
 

@@ -22,7 +22,9 @@ import pytest
 import torch
 
 from sigma_ref import dapo_keep_mask, dr_grpo_advantage, group_statistics, grpo_advantage, rloo_advantage
-from sigma_ref._arrays import _addresses, arrange, factorize
+from sigma_ref._factorize import factorize
+from sigma_ref._layouts import arrange
+from sigma_ref._pylist import addresses
 
 N = 8192  # above the 4,096 ids where the address detour starts
 
@@ -276,8 +278,8 @@ def test_non_finite_rewards_name_their_group() -> None:
 def test_object_array_addresses_are_ids() -> None:
     base = np.array([object() for _ in range(100)] + ["a"] * 50 + [1.5, None, (1, 2)], dtype=object)
     for arr in (base, base[::3], base[::-1], base[10:20]):
-        assert _addresses(arr).tolist() == [id(x) for x in arr]
-    assert _addresses(np.array([], dtype=object)).size == 0
+        assert addresses(arr).tolist() == [id(x) for x in arr]
+    assert addresses(np.array([], dtype=object)).size == 0
 
 
 @pytest.mark.parametrize("view", [slice(None), slice(None, None, -1), slice(1, None, 2)])

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 
 from sigma_ref import dr_grpo_advantage
-from sigma_ref.advantages import _EXACT_UNITS, _centering, _units
+from sigma_ref._kernel import _EXACT_UNITS, _centering, _units
 
 
 def test_issue_counterexample_takes_the_float32_way() -> None:

@@ -3,7 +3,7 @@
 References: ``tests.helpers.windowed_expected_sigma`` at 50 digits (terms walked out from the mode
 by the exact ratio until they fall below ``1e-45`` of the largest), ``mpmath`` powers for the
 silent rate. ``p`` within ``1e-12`` of 0 and 1, ``p = 0.5``, ``G`` up to ``10**12``; the window
-bound (``sigma_ref.difficulty._window``) checked term by term; ``exact_group_size`` checked as
+bound (``sigma_ref._binomial_sums._window``) checked term by term; ``exact_group_size`` checked as
 ``phi(G*) >= 1 - eps > phi(G* - 1)`` with the 50-digit fidelity, including the regression of
 200 random cases with ``p > 1 - 1e-6`` and ``G > 1e8`` (11 were wrong before: ``log1p(-k/G)``).
 """
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from sigma_ref import exact_group_size, expected_gradient, fidelity, silent_group_rate
-from sigma_ref.difficulty import _DENSE_MAX, _TAIL, _deficit, _window
+from sigma_ref._binomial_sums import _DENSE_MAX, _TAIL, _deficit, _window
 from tests.helpers import assert_close, windowed_expected_sigma
 
 RTOL = 1e-13  # the precision sigma_ref.difficulty documents

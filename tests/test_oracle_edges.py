@@ -254,7 +254,7 @@ UNITS = [
 def test_units_pick_the_kernel_way(values: list[float], dtype, expected, library: str) -> None:
     """``_units``: ``max|R| / 2**q`` for float32 numbers, ``None`` otherwise; numpy (on the
     bits) and torch agree."""
-    from sigma_ref.advantages import _units
+    from sigma_ref._kernel import _units
 
     x = np.array(values, dtype=dtype)
     narrow = dtype != np.float64
@@ -265,7 +265,7 @@ def test_units_pick_the_kernel_way(values: list[float], dtype, expected, library
 
 def test_kernel_way_boundaries() -> None:
     """Exact while ``2 G U <= 2**53``; float32 numbers beyond that while ``G <= 2**26``."""
-    from sigma_ref.advantages import _centering
+    from sigma_ref._kernel import _centering
 
     assert _centering(None, 8) == "general"
     assert _centering(0.0, 2**40) == "exact"
@@ -294,7 +294,7 @@ def test_float32_rewards_center_correctly_rounded_or_within_the_bound(data, inte
     """Any float32 rewards, ragged and interleaved: in the exact way every ``R_i - mu`` and
     ``mu`` is correctly rounded; in the others within ``(G + 4) u max|R_i - mu|``; silent
     groups are silent and nothing else is."""
-    from sigma_ref.advantages import _centering, _units
+    from sigma_ref._kernel import _centering, _units
 
     flat = np.array([v for g in data for v in g], dtype=np.float64)
     index = np.array([i for i, g in enumerate(data) for _ in g])

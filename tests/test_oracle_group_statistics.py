@@ -144,7 +144,7 @@ EDGE = [[1e308, 0, 0, 0], [1e-200, 0, 0, 0], [1e16, 1e16 + 2, 1e16, 1e16], [5.0,
 def test_torch_kernel_equals_numpy_kernel(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
     """CPU tensors run through numpy; the torch code path (CUDA's) gives the same bits when
     forced onto the CPU, at ordinary values and at the edges of float64."""
-    from sigma_ref import _arrays, dr_grpo_advantage, rloo_advantage
+    from sigma_ref import _roundtrip, dr_grpo_advantage, rloo_advantage
 
     rng = np.random.default_rng(2)
     rows = np.concatenate([rng.random((6, 4)), np.array(EDGE)])
@@ -164,7 +164,7 @@ def test_torch_kernel_equals_numpy_kernel(monkeypatch: pytest.MonkeyPatch, layou
         return [o.numpy() for o in out]
 
     via_numpy = run()
-    monkeypatch.setattr(_arrays, "TORCH_KERNEL_ON_CPU", True)
+    monkeypatch.setattr(_roundtrip, "TORCH_KERNEL_ON_CPU", True)
     via_torch = run()
     for a, b in zip(via_numpy, via_torch, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -172,7 +172,7 @@ def test_torch_kernel_equals_numpy_kernel(monkeypatch: pytest.MonkeyPatch, layou
 
 def _float32_rows(way: str, G: int, rng: np.random.Generator) -> np.ndarray:
     """Rows of float32 numbers (held in float64) that the kernel centers ``way``."""
-    from sigma_ref.advantages import _centering, _units
+    from sigma_ref._kernel import _centering, _units
 
     rows = np.concatenate(
         [
@@ -196,7 +196,7 @@ def test_float32_ways_torch_kernel_equals_numpy_kernel(
 ) -> None:
     """The exact and float32 ways (float32 numbers) give the same bits through numpy and
     through torch's code path, in every layout, with silent groups detected exactly."""
-    from sigma_ref import _arrays, dr_grpo_advantage, rloo_advantage
+    from sigma_ref import _roundtrip, dr_grpo_advantage, rloo_advantage
 
     rng = np.random.default_rng(G)
     rows = _float32_rows(way, G, rng)
@@ -228,7 +228,7 @@ def test_float32_ways_torch_kernel_equals_numpy_kernel(
     silent = via_numpy[-1]
     per_group = rows if layout == "rows" else [flat[index == g] for g in np.unique(index)]
     assert silent.tolist() == [bool(np.all(g == g[0])) for g in per_group]
-    monkeypatch.setattr(_arrays, "TORCH_KERNEL_ON_CPU", True)
+    monkeypatch.setattr(_roundtrip, "TORCH_KERNEL_ON_CPU", True)
     via_torch = run()
     for a, b in zip(via_numpy, via_torch, strict=True):
         np.testing.assert_array_equal(a, b)

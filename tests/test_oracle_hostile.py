@@ -115,9 +115,9 @@ def test_an_unordered_index_is_refused(index: object) -> None:
 
 def test_narrow_overflow_on_the_torch_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """The torch code path (CUDA tensors take it) raises as the numpy one does."""
-    from sigma_ref import _arrays
+    from sigma_ref import _roundtrip
 
-    monkeypatch.setattr(_arrays, "TORCH_KERNEL_ON_CPU", True)
+    monkeypatch.setattr(_roundtrip, "TORCH_KERNEL_ON_CPU", True)
     with pytest.raises(ValueError, match="do not fit in float16"):
         sr.rloo_advantage(torch.tensor([65504.0, -65504.0], dtype=torch.float16))
     with pytest.raises(ValueError, match="do not fit in bfloat16"):
