@@ -22,6 +22,7 @@ import torch
 from hypothesis import strategies as st
 
 from sigma_ref import strategies as sst
+from sigma_ref._aggregation import PROMPT_MEAN
 from sigma_ref._compare import mismatch_message
 from sigma_ref.conformance.adapter import Batch
 from sigma_ref.conformance.core import (
@@ -59,7 +60,6 @@ from sigma_ref.conformance.reference import as_numpy
 from sigma_ref.identity import decompose, policy_gradient
 from sigma_ref.objectives import (
     AGGREGATION_MODES,
-    PROMPT_MEAN,
     Objective,
     aggregation_weights,
     detect_aggregation,

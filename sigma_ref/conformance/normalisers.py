@@ -59,9 +59,10 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from .._aggregation import PROMPT_MEAN
 from .._options import ADVANTAGE_SCALES, LOSS_SCALES, SPLIT_SIZES
 from ..conventions import AGGREGATION_MODES
-from ..objectives import PROMPT_MEAN, aggregation_weights, effective_weights, prompt_mean_effective_weights
+from ..objectives import aggregation_weights, effective_weights, prompt_mean_effective_weights
 
 __all__ = [
     "SIZES",

@@ -99,10 +99,11 @@ import torch
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
+from .._aggregation import PROMPT_MEAN
 from .._options import ADVANTAGE_SCALE_SCOPES
 from .._vocabulary import LOSS_SCALES, SPLITS
 from ..conventions import AGGREGATION_MODES
-from ..objectives import PROMPT_MEAN, aggregation_weights, prompt_mean_weights
+from ..objectives import aggregation_weights, prompt_mean_weights
 from .adapter import LAYOUTS, LOSS_EXTRAS, Adapter, Batch, load_adapter, load_object
 from .levels import Verdict
 from .normalisers import (
