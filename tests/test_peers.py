@@ -794,8 +794,8 @@ def test_at_scale_losses_add_up_to_the_full_batch(peer: str, loss: str) -> None:
 
 @pytest.mark.parametrize("peer", PEERS)
 def test_the_scaleout_column_covers_every_loss_row(peer: str) -> None:
-    """Every mode of every peer that has a loss has a level-5 cell (a ScaleOut, or the reason it cannot
-    run), and every ScaleOut's at-scale loss is in the module's AT_SCALE: the column is never '-'."""
+    """Every mode of every peer that has a loss runs at level 5 (a ScaleOut, never a reason it cannot
+    run: issue 19), and its at-scale loss and advantage scaler are in the module's AT_SCALE."""
     module = _module(peer)
     at_scale = vars(getattr(module, "AT_SCALE", types.SimpleNamespace()))
     for mode, adapter in module.ADAPTERS.items():
@@ -803,7 +803,11 @@ def test_the_scaleout_column_covers_every_loss_row(peer: str) -> None:
             continue
         spec = module.SCALEOUT.get(mode)
         assert spec is not None, f"{peer}:{mode} has a loss but no SCALEOUT entry"
-        assert isinstance(spec, str) or spec.loss in at_scale, f"{peer}:{mode}: AT_SCALE has no {spec.loss!r}"
+        assert not isinstance(spec, str), f"{peer}:{mode}: level 5 does not run ({spec})"
+        assert spec.loss in at_scale, f"{peer}:{mode}: AT_SCALE has no {spec.loss!r}"
+        assert spec.scaler is None or spec.scaler in at_scale, (
+            f"{peer}:{mode}: AT_SCALE has no {spec.scaler!r}"
+        )
 
 
 #: The scale-out cells checked on real processes (each its own test, all from one launch).
@@ -836,10 +840,11 @@ SCALEOUT_CELLS = [
     ("skyrl", "loss[sequence_mean]", "pass"),
     ("skyrl", "loss[seq_mean_token_sum_norm]", "pass"),
     ("skyrl", "policy[dual_clip]", "pass"),
+    ("skyrl", "loss[prompt_mean]", "pass"),
     (
         "skyrl",
         "loss[token_mean_legacy]",
-        "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch",
+        "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch and divided by M in the loss",
     ),
     (
         "unsloth",

@@ -215,7 +215,7 @@ def test_prompt_mean_is_a_declared_aggregation_beside_the_five_modes() -> None:
     from tests.gallery import normalisers as gallery
 
     adv = "sigma_ref.conformance.scaleout:oracle_advantages"
-    assert O.resolve_declared_aggregation("prompt_mean") == O.PROMPT_MEAN
+    assert O.resolve_declared_aggregation("prompt_mean") == "prompt-mean"
     with pytest.raises(ValueError, match="or 'prompt-mean' \\(a token mean per prompt"):
         O.resolve_declared_aggregation("per-prompt")
     adapter = load_adapter(adv, layout="index").replace(

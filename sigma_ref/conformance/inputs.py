@@ -154,7 +154,7 @@ def call_loss(
     if batch.index.shape == (mask.shape[0],):  # the batch's groups (any ids) as integer prompt ids
         index = np.unique(batch.index, return_inverse=True)[1].reshape(-1)
     old, extra = _loss_inputs(ctx, logp, mask, old_logp, index)
-    adv = prescaled_advantages(ctx, adv, mask)
+    adv = prescaled_advantages(ctx, adv, mask, index)
     out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}", **extra)
     if isinstance(out, tuple | list) and out:
         out = out[0]  # (loss, metrics), as many trainers return
@@ -194,7 +194,9 @@ def loss_keywords(ctx: Context, mask: torch.Tensor, index: Any = None) -> dict[s
     return {**single_process_globals(ctx, mask, index), **_boundaries(ctx.adapter.loss, mask)}
 
 
-def prescaled_advantages(ctx: Context, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def prescaled_advantages(
+    ctx: Context, adv: torch.Tensor, mask: torch.Tensor, index: Any = None
+) -> torch.Tensor:
     """``adv`` as the trainer hands it to the loss under ``--advantage-scale`` or
     ``--advantage-scaler`` (one process, one micro-batch: the counts of ``mask``), else unchanged:
     a token-sum loss of pre-scaled advantages is judged at every level under the aggregation the
@@ -208,7 +210,8 @@ def prescaled_advantages(ctx: Context, adv: torch.Tensor, mask: torch.Tensor) ->
     if opts.advantage_scaler is not None:  # the trainer's own function, on this one micro-batch
         from .adapter import load_object
 
-        factors = call_advantage_scaler(load_object(opts.advantage_scaler, what="--advantage-scaler"), m)
+        scaler = load_object(opts.advantage_scaler, what="--advantage-scaler")
+        factors = call_advantage_scaler(scaler, m, prompt_index=index)  # index: the rows' prompts, if known
         return adv * torch.as_tensor(factors, dtype=adv.dtype, device=adv.device)
     scale = advantage_scales(
         m,

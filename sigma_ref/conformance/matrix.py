@@ -254,10 +254,10 @@ def _aggregation(results: list[dict[str, Any]], declared: str | None = None) -> 
     A declared TRL ``loss_type`` is shown with its verl name (``token-mean (dapo) [declared]``);
     a declared mode the weights contradict reads ``FAIL <mode> [declared]: <what they are>``.
     """
-    from ..objectives import resolve_aggregation
+    from ..objectives import resolve_declared_aggregation
 
     alias = ""
-    if declared is not None and resolve_aggregation(declared) != declared:
+    if declared is not None and resolve_declared_aggregation(declared) != declared:
         alias = f" ({declared})"
     for r in results:
         if r["property"] == "loss_aggregation" and r["message"].startswith("aggregation: "):
@@ -269,7 +269,7 @@ def _aggregation(results: list[dict[str, Any]], declared: str | None = None) -> 
             if declared is None:
                 return "FAIL"
             why = f": {r['cause']}" if r.get("cause") else ""
-            return f"FAIL {resolve_aggregation(declared)}{alias} [declared]{why}"
+            return f"FAIL {resolve_declared_aggregation(declared)}{alias} [declared]{why}"
     return ""
 
 

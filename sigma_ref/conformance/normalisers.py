@@ -752,17 +752,23 @@ def name_advantage_scale(
 
 
 #: Keywords an advantage scaler (``--advantage-scaler``) may declare: the shape of the split.
-SCALER_GLOBALS: tuple[str, ...] = ("world_size", "micro_batches", "horizon")
+SCALER_GLOBALS: tuple[str, ...] = ("world_size", "micro_batches", "horizon", "prompt_index")
 
 
 def call_advantage_scaler(
-    scaler: Callable[..., object], mask: npt.ArrayLike, *, world_size: int = 1, micro_batches: int = 1
+    scaler: Callable[..., object],
+    mask: npt.ArrayLike,
+    *,
+    world_size: int = 1,
+    micro_batches: int = 1,
+    prompt_index: npt.ArrayLike | None = None,
 ) -> npt.NDArray[np.float64]:
     """The factor ``s_i`` a trainer's own pre-scaling function gives each response (``[n]``).
 
     ``scaler(mask, **globals)`` gets the float64 mask ``[n, T]`` of the batch it scales over, its
     responses in the order the trainer holds them (rank by rank, micro-batch by micro-batch), and
-    the :data:`SCALER_GLOBALS` its signature names (``horizon``: T). It returns one factor per
+    the :data:`SCALER_GLOBALS` its signature names (``horizon``: T; ``prompt_index``: each row's
+    prompt, an int64 Tensor ``[n]``, by default each row its own). It returns one factor per
     response (``[n]``) or per token (``[n, T]``; a response's unmasked tokens must share one factor,
     as every aggregation's weights do, and it is read there). The loss then gets ``s_i A_i``.
 
@@ -772,7 +778,13 @@ def call_advantage_scaler(
     import inspect
 
     m = torch.as_tensor(np.asarray(mask, dtype=np.float64))
-    values = {"world_size": world_size, "micro_batches": micro_batches, "horizon": int(m.shape[-1])}
+    index = torch.arange(m.shape[0]) if prompt_index is None else torch.as_tensor(np.asarray(prompt_index))
+    values = {
+        "world_size": world_size,
+        "micro_batches": micro_batches,
+        "horizon": int(m.shape[-1]),
+        "prompt_index": index.to(torch.int64),
+    }
     try:
         params = inspect.signature(scaler).parameters
     except (TypeError, ValueError):

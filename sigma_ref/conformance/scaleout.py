@@ -863,7 +863,11 @@ def _run_job(
                 )
                 factors = np.zeros(batch.n)
                 factors[scope_rows] = call_advantage_scaler(
-                    scaler, batch.mask[scope_rows], world_size=w, micro_batches=m
+                    scaler,
+                    batch.mask[scope_rows],
+                    world_size=w,
+                    micro_batches=m,
+                    prompt_index=batch.index[scope_rows],
                 )
                 piece_adv = piece_adv * torch.tensor(factors[rows[piece]], device=device)
             elif job["advantage_scale"] != "none":  # the trainer folds the aggregation into the advantages

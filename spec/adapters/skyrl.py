@@ -73,8 +73,8 @@ __all__ = [
 
 PEER = Peer("skyrl", "skyrl", "0.3.0", title="SkyRL")
 
-#: SkyRL's ``loss_reduction`` values and the aggregation each sets (``prompt_mean`` needs the
-#: prompt boundaries, which a loss of the suite's signature is not given: ``NOT_APPLICABLE``).
+#: SkyRL's ``loss_reduction`` values and the aggregation each sets (``prompt_mean``, a row of its own,
+#: takes each row's prompt, ``prompt_index``).
 LOSS_REDUCTIONS: dict[str, str] = {
     "token_mean": "token-mean",
     "token_mean_legacy": "token-mean",
@@ -254,6 +254,64 @@ ADAPTERS.update(
         for reduction, agg in LOSS_REDUCTIONS.items()
     }
 )
+
+
+def _prompt_boundaries(prompt_index: torch.Tensor) -> list[tuple[int, int]]:
+    """SkyRL's ``prompt_boundaries``: ``(start, end)`` of each run of rows of one prompt (its trainer
+    keeps a prompt's samples together, ``trainer.py`` ``_normalize_advantages``)."""
+    ids = prompt_index.reshape(-1).tolist()
+    starts = [i for i in range(len(ids)) if i == 0 or ids[i] != ids[i - 1]]
+    return list(zip(starts, [*starts[1:], len(ids)], strict=True))
+
+
+def _prompt_mean_loss() -> Callable[..., torch.Tensor]:
+    """SkyRL's ``regular`` policy loss after its ``prompt_mean`` pre-scaling, given each row's prompt.
+
+    The rows are put in prompt order first (a stable sort: SkyRL's mini-batches hold each prompt's
+    samples together) and the token sum is taken there, so the loss does not depend on the order.
+    """
+
+    def loss(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        prompt_index: torch.Tensor,
+    ) -> torch.Tensor:
+        pu = _ppo_utils()
+        order = torch.argsort(prompt_index.reshape(-1).cpu(), stable=True).to(mask.device)
+        logp, old_logp, mask = logp[order].float(), old_logp[order].float(), mask[order].float()
+        n, width = mask.shape
+        scaled = pu.apply_loss_reduction_to_advantages_minibatch(
+            advantages=per_token(advantages[order].float(), mask),
+            loss_mask=mask,
+            loss_reduction="prompt_mean",
+            micro_batch_size=n,
+            max_seq_len=width,
+            prompt_boundaries=_prompt_boundaries(prompt_index.reshape(-1)[order.cpu()]),
+        )
+        out, _metrics = pu.PolicyLossRegistry.get("regular")(
+            logp,
+            old_logp,
+            scaled,
+            _config("regular", "prompt_mean", width),
+            loss_mask=mask,
+            rollout_logprobs=None,
+        )
+        result: torch.Tensor = out
+        return result
+
+    loss.__name__ = "skyrl_policy_loss[regular, loss_reduction=prompt_mean]"
+    return loss
+
+
+# The oracle's Objective aggregates with the five modes; prompt-mean's weights need the prompts, so
+# this row declares the aggregation and no objective (loss_aggregation judges prompt-mean; the clip is
+# detected).
+ADAPTERS["loss[prompt_mean]"] = _adapter(
+    _GRPO, "verl", "grpo + regular, loss_reduction=prompt_mean", _prompt_mean_loss()
+).replace(aggregation="prompt-mean", objective=None)
 #: ``policy_loss_type`` values beside ``regular`` (token_mean), with the objective where the oracle has it.
 POLICIES: dict[str, Objective | None] = {
     "dual_clip": _ppo("token-mean", dual_clip=_DUAL),
@@ -333,7 +391,9 @@ def _scaler(reduction: str) -> Callable[..., torch.Tensor]:
     ``max_seq_len`` the padded width, as in the loss rows.
     """
 
-    def scale(mask: torch.Tensor, *, world_size: int, micro_batches: int) -> torch.Tensor:
+    def scale(
+        mask: torch.Tensor, *, world_size: int, micro_batches: int, prompt_index: torch.Tensor
+    ) -> torch.Tensor:
         n, width = mask.shape
         out: torch.Tensor = _ppo_utils().apply_loss_reduction_to_advantages_minibatch(
             advantages=torch.ones_like(mask),
@@ -341,6 +401,7 @@ def _scaler(reduction: str) -> Callable[..., torch.Tensor]:
             loss_reduction=reduction,
             micro_batch_size=n // (world_size * micro_batches),
             max_seq_len=width,
+            prompt_boundaries=_prompt_boundaries(prompt_index) if reduction == "prompt_mean" else None,
         )
         return out
 
@@ -351,7 +412,7 @@ def _scaler(reduction: str) -> Callable[..., torch.Tensor]:
 #: The at-scale losses (``<policy>``) and SkyRL's pre-scalings (``scale_<loss_reduction>``), by name.
 AT_SCALE = types.SimpleNamespace(
     **{policy: _at_scale(policy) for policy in ("regular", *POLICIES)},
-    **{f"scale_{reduction}": _scaler(reduction) for reduction in LOSS_REDUCTIONS},
+    **{f"scale_{reduction}": _scaler(reduction) for reduction in (*LOSS_REDUCTIONS, "prompt_mean")},
 )
 _HOW = (
     "advantages pre-scaled on the optimizer step's mini-batch by SkyRL's "
@@ -373,7 +434,7 @@ SCALEOUT: dict[str, ScaleOut | str] = {
         scaler=f"scale_{reduction}",
         loss_precision="float32",
     )
-    for reduction, agg in LOSS_REDUCTIONS.items()
+    for reduction, agg in {**LOSS_REDUCTIONS, "prompt_mean": "prompt-mean"}.items()
 }
 SCALEOUT.update(
     {
@@ -397,8 +458,6 @@ NOT_APPLICABLE: dict[str, str] = {
     "(worker.py: masked_mean(compute_approx_kl(...), loss_mask, dim=-1).mean(), a per-sequence token "
     "mean whatever loss_reduction is), not in a function of ppo_utils that can be called with the "
     "policy loss",
-    "loss[prompt_mean]": "loss_reduction=prompt_mean needs the prompt boundaries of the mini-batch, "
-    "which the suite's loss(logp, old_logp, advantages, mask) is not given",
     "reinforce++": "advantage_estimator=reinforce++ whitens the discounted returns over every token of "
     "the batch (masked_whiten), ignoring the groups: no group advantage to check",
     "advantage_batch_normalize": "advantage_batch_normalize (a second, batch z-score after the group "
