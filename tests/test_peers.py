@@ -844,7 +844,8 @@ SCALEOUT_CELLS = [
     (
         "skyrl",
         "loss[token_mean_legacy]",
-        "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch and divided by M in the loss",
+        "FAIL ~1.03x the full-batch gradient: normaliser computed per micro-batch and divided by M in "
+        "the loss",
     ),
     (
         "unsloth",
