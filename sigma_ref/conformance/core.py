@@ -84,6 +84,15 @@ class Finding:
     cause: str | None = None
     confirmed: bool = False
     verdict: Verdict = "FAIL"
+    #: What sort of fact this is, for consumers that branch on it (never parse ``what``):
+    #: e.g. ``"mismatch"``, ``"raised"``, ``"aggregation"``, ``"objective"``, ``"scaleout"``.
+    kind: str | None = None
+    #: Measured facts as plain JSON-able data (e.g. ``{"aggregation": "token-mean"}``).
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The bug class a designed probe confirmed (level 5: the normaliser class), else None.
+    bug_class: str | None = None
+    #: The measured factor (e.g. the gradient over the full-batch gradient), else None.
+    factor: float | None = None
 
     def render(self) -> str:
         """One paragraph: ``what [call] (expected under ref). Likely cause: ...``."""
