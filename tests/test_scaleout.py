@@ -50,7 +50,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen]:
             super().__init__(*args, **kwargs)
             procs.append(self)
 
-    monkeypatch.setattr(scaleout.subprocess, "Popen", Recording)
+    monkeypatch.setattr(scaleout.launcher.subprocess, "Popen", Recording)
     return procs
 
 

@@ -1,0 +1,313 @@
+"""The analysis: the ranks' gradients and advantages against the full batch and the oracle's
+prediction, one :class:`~.results.ScaleoutResult` per property and configuration, a FAIL naming the
+bug class the probes confirm (:mod:`.diagnosis`, :class:`~sigma_ref.conformance.normalisers.Judge`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..._aggregation import PROMPT_MEAN
+from ...conventions import AGGREGATION_MODES
+from ...objectives import aggregation_weights, prompt_mean_weights
+from ..normalisers import (
+    Judge,
+    advantage_scope_labels,
+    judge_reading,
+    name_advantage_scale,
+    readings,
+    token_scores,
+)
+from ..packing import packed_cause
+from .design import PACKED_CAPACITY, _assignment, _Batch, _token_logp
+from .diagnosis import _diagnose
+from .fitting import _RTOL, LOSS_PRECISION_RTOL, _fit, _scale, prediction_rtol
+from .protocol import _Key, _Run
+from .results import ScaleoutResult
+
+
+def _prediction(
+    batch: _Batch, advantages: np.ndarray, mode: str, constant: float | None = None
+) -> np.ndarray:
+    theta = torch.tensor(batch.theta, requires_grad=True)
+    logp = _token_logp(theta, torch.tensor(batch.feats), torch.tensor(batch.tokens))
+    mask = torch.tensor(batch.mask)
+    # the oracle's weights: seq-mean-token-sum-norm's 1 / (N_seq C), C = T unless declared
+    if mode == PROMPT_MEAN:  # a token mean per prompt group, then a mean over prompts
+        w = prompt_mean_weights(mask, batch.index)
+    else:
+        w = aggregation_weights(mask, mode, constant=constant if mode == "seq-mean-token-sum-norm" else None)
+    torch.autograd.backward(-(w * torch.tensor(advantages)[:, None] * logp).sum())
+    grad = theta.grad
+    if grad is None:  # pragma: no cover - logp depends on theta
+        raise RuntimeError("the prediction's loss does not depend on theta")
+    return grad.numpy()
+
+
+def _adv_gap(a: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
+    gap = np.abs(a - ref)
+    i = int(np.argmax(gap))
+    return float(gap[i]), i
+
+
+def _analyse(
+    runs: Mapping[_Key, _Run],
+    batch: _Batch,
+    *,
+    W: int,
+    Ms: Sequence[int],
+    split: str,
+    aggregation: str | None,
+    loss_scale: str,
+    constant: float | None = None,
+    sizes: str = "equal",
+    counts: Mapping[str, tuple[int, int]] | None = None,
+    pad_value: float | None = None,
+    packing: str = "none",
+    lengths: np.ndarray | None = None,
+    advantage_scale: str = "none",
+    advantage_scale_on: str = "step",
+    loss_precision: str = "float64",
+) -> list[ScaleoutResult]:
+    results = []
+    pred_rtol = prediction_rtol(loss_precision)
+    full = runs[(1, 1, "whole-groups")]
+    a_full = np.asarray(full["advantages"])
+    if full["grad"] is not None and not np.isfinite(np.asarray(full["grad"])).all():
+        why = (
+            f" with logp = {pad_value} at the masked positions: it reaches the loss (NaN * 0 is NaN, and so "
+            "is its gradient); select with torch.where or masked_fill on the inputs before any arithmetic, "
+            "not by multiplying with the mask"
+            if pad_value is not None
+            else ""
+        )
+        prop = f"scaleout_gradient[padding={pad_value}]"
+        return [ScaleoutResult(prop, "FAIL", None, f"the full-batch gradient is not finite{why}")]
+    M = max(Ms)  # the advantages are computed before micro-batching: one M is enough
+    a = np.asarray(runs[(W, M, split)]["advantages"])
+    adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
+
+    # advantages on the shards
+    gap, i = _adv_gap(a, a_full)
+    adv_ok = gap <= adv_tol
+    prop = f"scaleout_advantages[{split},W={W}]"
+    if adv_ok:
+        results.append(ScaleoutResult(prop, "pass", None, f"advantages on {W} ranks equal the full batch's"))
+    else:
+        where = f"max |A_split - A_full| = {gap:.3g} at row {i} (group {int(batch.index[i])})"
+        if split == "split-groups":
+            whole = runs.get((W, M, "whole-groups"))
+            whole_ok = whole is not None and _adv_gap(np.asarray(whole["advantages"]), a_full)[0] <= adv_tol
+            if whole_ok:
+                msg = (
+                    "group statistics computed on a rank's shard: advantages differ when a group is split "
+                    f"across ranks ({where}; with whole groups per rank they agree). Gather each group's "
+                    "statistics over process_group, or shard by whole groups and check with "
+                    "split='whole-groups'"
+                )
+            else:
+                msg = f"advantages differ on {W} ranks even with whole groups per rank ({where})"
+        else:
+            msg = (
+                "batch statistics computed on a rank's shard: with whole groups per rank the advantages "
+                f"differ from the full batch's ({where}), e.g. a batch-wide std taken per rank; gather the "
+                "rewards across ranks before normalising"
+            )
+        results.append(ScaleoutResult(prop, "FAIL", None, msg))
+    if full["grad"] is None:  # no loss: the advantages are all there is to check
+        return results
+    g_full = np.asarray(full["grad"])
+
+    # the aggregation, on the full batch
+    matches = [
+        mode
+        for mode in (*AGGREGATION_MODES, PROMPT_MEAN)
+        if _fit(g_full, _prediction(batch, a_full, mode))[2] <= pred_rtol
+    ]
+    detected = (
+        f"detected on the full batch: {matches[0]}"
+        if matches
+        else "the full batch matches none of the five modes nor prompt-mean"
+    )
+    if aggregation is None:
+        results.append(
+            ScaleoutResult("scaleout_aggregation", "NOTE", None, f"no aggregation declared; {detected}")
+        )
+    scores = token_scores(batch.theta, batch.feats, batch.tokens)
+    judge = Judge(
+        scores,
+        a_full,
+        batch.mask,
+        matches[0] if matches else None,
+        lambda w, m, s: _assignment(batch, w, m, s, sizes),
+        constant,
+        counts,
+        advantage_scope_labels(advantage_scale, advantage_scale_on),
+        rtol=pred_rtol,
+        index=batch.index,
+    )
+    cause = None  # a cause of the packing or the pre-scaled advantages every run confirms
+    if aggregation in AGGREGATION_MODES and packing != "none" and lengths is not None:
+        grads = {key: readings(np.asarray(r["grad"]), key[1], loss_scale)["none"] for key, r in runs.items()}
+        cause = packed_cause(
+            grads,
+            scores,
+            a_full,
+            batch.mask,
+            lengths,
+            aggregation,
+            assign=judge.assign,
+            capacity=PACKED_CAPACITY,
+            constant=constant,
+        )
+    if cause is None and aggregation in AGGREGATION_MODES:
+        cause = name_advantage_scale(
+            g_full,
+            scores,
+            a_full,
+            batch.mask,
+            scale=advantage_scale,
+            aggregation=aggregation,
+            constant=constant,
+        )
+    for M in Ms:
+        results += _per_split(
+            runs,
+            batch,
+            g_full,
+            a_full,
+            W,
+            M,
+            split,
+            aggregation,
+            loss_scale,
+            adv_ok,
+            detected,
+            constant,
+            judge,
+            cause,
+            pred_rtol,
+        )
+    return results
+
+
+#: float32's tolerance (:func:`prediction_rtol`): a float64 loss off by no more is off by roundings.
+_F32_RTOL = LOSS_PRECISION_RTOL["float32"]
+
+
+def _rounding_level(c: float, err: float, rtol: float) -> bool:
+    """A gradient beyond ``rtol`` (float64's) of its reference but within float32's roundings of it
+    (factor and error): hygiene, not a normaliser (which moves it by an O(1) factor)."""
+    return rtol < _F32_RTOL and err <= _F32_RTOL and abs(c - 1.0) <= _F32_RTOL
+
+
+def _rounding_message(reference: str, err: float) -> str:
+    return (
+        f"equals {reference} to rel. error {err:.1g} only: float32's rounding level, not float64's "
+        f"{_RTOL:g} (a count, weight or ratio rounded to float32 on the gradient's path); no normaliser "
+        "differs. Declare the loss's working precision float32 if that is its design"
+    )
+
+
+def _per_split(
+    runs: Mapping[_Key, _Run],
+    batch: _Batch,
+    g_full: np.ndarray,
+    a_full: np.ndarray,
+    W: int,
+    M: int,
+    split: str,
+    aggregation: str | None,
+    loss_scale: str,
+    adv_ok: bool,
+    detected: str,
+    constant: float | None = None,
+    judge: Judge | None = None,
+    cause: str | None = None,
+    pred_rtol: float = _RTOL,
+) -> list[ScaleoutResult]:
+    results = []
+    # (a) the split gradient against the same code's full-batch gradient, under both readings of
+    # the trainer's accumulation scaling (measured, not declared: normalisers.readings)
+    split_grad = runs[(W, M, split)]["grad"]
+    assert split_grad is not None  # _per_split runs only with a loss
+    g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale, rtol=pred_rtol)
+    prop = f"scaleout_gradient[W={W},M={M}]"
+    c, resid, err = _fit(g, g_full)
+    if err <= pred_rtol:  # the same code split and whole: only its working precision's roundings differ
+        results.append(
+            ScaleoutResult(
+                prop,
+                "pass",
+                c,
+                f"the accumulated, rank-averaged gradient equals the full-batch gradient "
+                f"(rel. error {err:.1g}){reading_text}",
+            )
+        )
+    elif _rounding_level(c, err, pred_rtol):
+        results.append(ScaleoutResult(prop, "WARN", c, _rounding_message("the full-batch gradient", err)))
+    else:
+        named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c, resid)
+        if cause is not None and adv_ok:
+            named = (
+                f"{cause}: the accumulated, rank-averaged gradient is {_scale(c, resid)} the full-batch "
+                f"gradient at W = {W}, M = {M}"
+            )
+        results.append(
+            ScaleoutResult(
+                prop,
+                "FAIL",
+                c,
+                named
+                or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation, pred_rtol),
+            )
+        )
+
+    # (b) against the prediction under the declared aggregation
+    if aggregation is not None:
+        pred = _prediction(batch, a_full, aggregation, constant)
+        cp, rp, ep = _fit(g, pred)
+        prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
+        at = (
+            ""
+            if pred_rtol == _RTOL
+            else f", judged at the loss's working precision (rel. tol. {pred_rtol:.2g})"
+        )
+        if ep <= pred_rtol:
+            results.append(
+                ScaleoutResult(
+                    prop,
+                    "pass",
+                    cp,
+                    "equals -sum_it w_it A_i grad log pi_it with global normalisers "
+                    f"(rel. error {ep:.1g}{at})",
+                )
+            )
+        elif _rounding_level(cp, ep, pred_rtol):
+            message = _rounding_message(f"the {aggregation} prediction", ep)
+            results.append(ScaleoutResult(prop, "WARN", cp, message))
+        else:
+            cf, rf, ef = _fit(g_full, pred)
+            why = (
+                "the full-batch gradient already differs"
+                f" ({_scale(cf, rf)} the prediction; {detected}): the loss does not aggregate as declared"
+                if ef > pred_rtol
+                else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
+            )
+            countable = judge is not None and ef > pred_rtol and aggregation in AGGREGATION_MODES
+            named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
+            own = cause if cause and adv_ok and not named else None  # its class leads the line
+            why += f". {named}" if named else f". {own}" if own else ""
+            lead = own.split(":", 1)[0] + ": " if own else ""
+            results.append(
+                ScaleoutResult(
+                    prop,
+                    "FAIL",
+                    cp,
+                    f"{lead}the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; "
+                    + why,
+                )
+            )
+    return results
