@@ -53,8 +53,13 @@ def _judge(results: tuple[ScaleoutResult, ...]) -> None:
     verdict = verdict_of(results)
     if verdict == "pass":
         return
-    shown = "; ".join(f"{r.property}: {r.message}" for r in results if r.verdict == verdict)
-    raise PropertyFailure(Finding(shown), verdict=verdict)
+    judged = [r for r in results if r.verdict == verdict]
+    shown = "; ".join(f"{r.property}: {r.message}" for r in judged)
+    first = judged[0].finding  # the first failing configuration's class and factor, as data
+    finding = Finding(
+        shown, kind="scaleout", facts=first.facts, bug_class=first.bug_class, factor=first.factor
+    )
+    raise PropertyFailure(finding, verdict=verdict)
 
 
 @conformance_property(level=SCALEOUT_LEVEL, examples=_results_of("scaleout_advantages"), applies=_asked)

@@ -213,8 +213,7 @@ def scaleout_results(ctx: Context, name: str) -> tuple[ScaleoutResult, ...]:
     owner = {"scaleout": None, "scaleout_aggregation": "scaleout_prediction"}
     out = []
     for result in scaleout_report(ctx).results:
-        base = result.property.split("[", 1)[0]
-        base = owner.get(base, base) or name
+        base = owner.get(result.name, result.name) or name
         if base == name:
             out.append(result)
     return tuple(out)

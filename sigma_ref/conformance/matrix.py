@@ -343,48 +343,41 @@ def _objective(results: list[dict[str, Any]], adapter: Adapter, note: str | None
     return "not a PPO clip [detected]"
 
 
-def _factor(result: Any) -> str:
-    c = result.factor
-    if c is None:
+def _factor(finding: Any) -> str:
+    """A level-5 finding's factor as the cell shows it: ``0.5x``, ``~0.5x`` when no single factor
+    explains the gradient (its ``residual``), or nothing."""
+    from .scaleout.fitting import _scale
+
+    if finding.factor is None:
         return ""
-    return f"~{c:.3g}x" if f"~{c:.3g}x" in result.message else f"{c:.3g}x"
+    return _scale(finding.factor, finding.facts.get("residual", 0.0), detail=False)
 
 
-_BUG_CLASSES: tuple[str, ...] = (
-    "normaliser computed per micro-batch and averaged over micro-batches and ranks",
-    "normaliser computed per micro-batch and divided by M in the loss",
-    "normaliser computed per micro-batch",
-    "accumulation division applied twice",
-    "normaliser computed per rank and averaged over ranks",
-    "response count not gathered across ranks",
-    "counted over the generation batch",
-    "world size not applied",
-    "token count not gathered across ranks",
-    "group statistics computed on a rank's shard",
-    "batch statistics computed on a rank's shard",
-)
+#: The scale-out cell's class when the probes name none.
+_JOINT = "the normaliser depends on ranks and micro-batches jointly"
 
 
 def _scaleout_text(results: Sequence[Any]) -> str:
-    """The scale-out cell of a level-5 run's results (module doc)."""
+    """The scale-out cell of a level-5 run's results (module doc), read from their findings: the
+    class is named by its head (the words before its first comma), the launch's failure in full."""
     failed = [r for r in results if r.verdict == "FAIL"]
     if not failed:
         return "pass; WARN float32 rounding" if any(r.verdict == "WARN" for r in results) else "pass"
-    crash = next((r for r in failed if r.property.startswith("scaleout[")), None)
-    if crash is not None:
-        return f"FAIL: {crash.message}"
-    grad = next((r for r in failed if r.property.startswith("scaleout_gradient")), None)
-    if grad is not None:
-        cls = next((c for c in _BUG_CLASSES if grad.message.startswith(c)), "")
-        cls = cls or "the normaliser depends on ranks and micro-batches jointly"
+    first = {}
+    for r in reversed(failed):
+        first[r.name] = r.finding
+    if "scaleout" in first:  # the launch failed: a rank raised or hung
+        return f"FAIL: {first['scaleout'].what}"
+    if "scaleout_gradient" in first:
+        grad = first["scaleout_gradient"]
+        cls = grad.bug_class.partition(", ")[0] if grad.bug_class else _JOINT
         return f"FAIL {_factor(grad)} the full-batch gradient: {cls}"
-    adv = next((r for r in failed if r.property.startswith("scaleout_advantages")), None)
-    if adv is not None:
-        return f"FAIL: {adv.message.partition(':')[0]}"
-    pred = failed[0]
-    mode = pred.property.partition("[")[2].partition(",")[0]
-    same = "as at W = 1, M = 1" if "full-batch gradient already differs" in pred.message else "split only"
-    return f"invariant; FAIL {_factor(pred)} the {mode} prediction ({same})"
+    if "scaleout_advantages" in first:
+        adv = first["scaleout_advantages"]
+        return f"FAIL: {adv.bug_class or adv.what}"
+    pred = failed[0].finding
+    same = "as at W = 1, M = 1" if pred.facts.get("full_batch_differs") else "split only"
+    return f"invariant; FAIL {_factor(pred)} the {pred.facts['aggregation']} prediction ({same})"
 
 
 def run_scaleout_cells(

@@ -65,7 +65,10 @@ class Judge:
         )
         return found, list(grads)
 
-    def _words(self, found: Sequence[Hypothesis], mode: str, where: Sequence[tuple[int, int, str]]) -> str:
+    def _words(
+        self, found: Sequence[Hypothesis], mode: str, where: Sequence[tuple[int, int, str]]
+    ) -> tuple[str, str]:
+        """The class's label and the message's template (``{measured}`` to fill)."""
         h = found[0]
         if h.name in self.relabel:
             label, why = self.relabel[h.name]
@@ -78,7 +81,8 @@ class Judge:
         )
         if len(found) > 1:
             text += f" (so does {', '.join(o.name for o in found[1:])}: these probes cannot tell them apart)"
-        return h.label.format(unit=unit) + ": {measured}; " + text
+        label = h.label.format(unit=unit)
+        return label, label + ": {measured}; " + text
 
     def name(
         self,
@@ -89,8 +93,8 @@ class Judge:
         declared: str,
         c: float,
         resid: float = 0.0,
-    ) -> str | None:
-        """``scaleout_gradient[W, M]``'s FAIL message naming the class every probe confirms, or None.
+    ) -> tuple[str, str] | None:
+        """The class every probe confirms and ``scaleout_gradient[W, M]``'s FAIL message naming it, or None.
 
         ``c``: the least-squares factor of the measured gradient against the full batch's under the
         declared reading; ``resid``: the share of the gradient it leaves (``~c`` when above 1e-6).
@@ -110,7 +114,8 @@ class Judge:
         )
         if approx:
             measured += f"; {resid:.0%} of it is not a multiple of the full-batch gradient"
-        return self._words(found, self.mode, where).format(measured=measured)
+        label, template = self._words(found, self.mode, where)
+        return label, template.format(measured=measured)
 
     def name_prediction(
         self,
@@ -118,11 +123,13 @@ class Judge:
         aggregation: str,
         declared: str,
         c: float,
-    ) -> str | None:
+    ) -> tuple[str, str] | None:
         """Why the full-batch gradient is ``c`` times the declared ``aggregation``'s prediction: the
-        class (a count outside the mask the loss is applied with) that every run confirms, or None."""
+        class (a count outside the mask the loss is applied with) that every run confirms and the
+        words naming it, or None."""
         found, where = self._found(runs, list(runs), declared, aggregation)
         if not found:
             return None
         measured = f"the full-batch gradient is {c:.3g}x the {aggregation} prediction"
-        return self._words(found, aggregation, where).format(measured=measured)
+        label, template = self._words(found, aggregation, where)
+        return label, template.format(measured=measured)

@@ -4,6 +4,7 @@ bug class the probes confirm (:mod:`.diagnosis`, :class:`~sigma_ref.conformance.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -71,55 +72,18 @@ def _analyse(
     advantage_scale_on: str = "step",
     loss_precision: str = "float64",
 ) -> list[ScaleoutResult]:
-    results = []
+    """Every property's results of one job's runs: the advantages, then per M the gradient against
+    the full batch and against the declared aggregation's prediction (a NOTE when none is declared)."""
     pred_rtol = prediction_rtol(loss_precision)
     full = runs[(1, 1, "whole-groups")]
     a_full = np.asarray(full["advantages"])
     if full["grad"] is not None and not np.isfinite(np.asarray(full["grad"])).all():
-        why = (
-            f" with logp = {pad_value} at the masked positions: it reaches the loss (NaN * 0 is NaN, and so "
-            "is its gradient); select with torch.where or masked_fill on the inputs before any arithmetic, "
-            "not by multiplying with the mask"
-            if pad_value is not None
-            else ""
-        )
-        prop = f"scaleout_gradient[padding={pad_value}]"
-        return [ScaleoutResult(prop, "FAIL", None, f"the full-batch gradient is not finite{why}")]
-    M = max(Ms)  # the advantages are computed before micro-batching: one M is enough
-    a = np.asarray(runs[(W, M, split)]["advantages"])
-    adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
-
-    # advantages on the shards
-    gap, i = _adv_gap(a, a_full)
-    adv_ok = gap <= adv_tol
-    prop = f"scaleout_advantages[{split},W={W}]"
-    if adv_ok:
-        results.append(ScaleoutResult(prop, "pass", None, f"advantages on {W} ranks equal the full batch's"))
-    else:
-        where = f"max |A_split - A_full| = {gap:.3g} at row {i} (group {int(batch.index[i])})"
-        if split == "split-groups":
-            whole = runs.get((W, M, "whole-groups"))
-            whole_ok = whole is not None and _adv_gap(np.asarray(whole["advantages"]), a_full)[0] <= adv_tol
-            if whole_ok:
-                msg = (
-                    "group statistics computed on a rank's shard: advantages differ when a group is split "
-                    f"across ranks ({where}; with whole groups per rank they agree). Gather each group's "
-                    "statistics over process_group, or shard by whole groups and check with "
-                    "split='whole-groups'"
-                )
-            else:
-                msg = f"advantages differ on {W} ranks even with whole groups per rank ({where})"
-        else:
-            msg = (
-                "batch statistics computed on a rank's shard: with whole groups per rank the advantages "
-                f"differ from the full batch's ({where}), e.g. a batch-wide std taken per rank; gather the "
-                "rewards across ranks before normalising"
-            )
-        results.append(ScaleoutResult(prop, "FAIL", None, msg))
+        return [_not_finite(pad_value)]
+    advantages = _advantages_result(runs, batch, a_full, W, max(Ms), split)
+    results = [advantages]
     if full["grad"] is None:  # no loss: the advantages are all there is to check
         return results
     g_full = np.asarray(full["grad"])
-
     # the aggregation, on the full batch
     matches = [
         mode
@@ -148,30 +112,10 @@ def _analyse(
         rtol=pred_rtol,
         index=batch.index,
     )
-    cause = None  # a cause of the packing or the pre-scaled advantages every run confirms
-    if aggregation in AGGREGATION_MODES and packing != "none" and lengths is not None:
-        grads = {key: readings(np.asarray(r["grad"]), key[1], loss_scale)["none"] for key, r in runs.items()}
-        cause = packed_cause(
-            grads,
-            scores,
-            a_full,
-            batch.mask,
-            lengths,
-            aggregation,
-            assign=judge.assign,
-            capacity=PACKED_CAPACITY,
-            constant=constant,
-        )
-    if cause is None and aggregation in AGGREGATION_MODES:
-        cause = name_advantage_scale(
-            g_full,
-            scores,
-            a_full,
-            batch.mask,
-            scale=advantage_scale,
-            aggregation=aggregation,
-            constant=constant,
-        )
+    cause = _call_shape_cause(
+        runs, judge, g_full, aggregation, loss_scale, constant, packing, lengths, advantage_scale
+    )
+    adv_ok = advantages.verdict == "pass"
     for M in Ms:
         results += _per_split(
             runs,
@@ -191,6 +135,101 @@ def _analyse(
             pred_rtol,
         )
     return results
+
+
+def _not_finite(pad_value: float | None) -> ScaleoutResult:
+    """The FAIL of a full-batch gradient that is not finite (padding that reaches the loss)."""
+    why = (
+        f" with logp = {pad_value} at the masked positions: it reaches the loss (NaN * 0 is NaN, and so "
+        "is its gradient); select with torch.where or masked_fill on the inputs before any arithmetic, "
+        "not by multiplying with the mask"
+        if pad_value is not None
+        else ""
+    )
+    prop = f"scaleout_gradient[padding={pad_value}]"
+    message = f"the full-batch gradient is not finite{why}"
+    bug_class = "masked positions reach the loss" if pad_value is not None else None
+    return ScaleoutResult(prop, "FAIL", None, message, bug_class, {"pad_value": pad_value})
+
+
+def _advantages_result(
+    runs: Mapping[_Key, _Run], batch: _Batch, a_full: np.ndarray, W: int, M: int, split: str
+) -> ScaleoutResult:
+    """The advantages on W ranks against the full batch's (computed before micro-batching: one M
+    is enough); a FAIL names the statistics taken on a rank's shard."""
+    a = np.asarray(runs[(W, M, split)]["advantages"])
+    adv_tol = 1e-9 * max(1.0, float(np.abs(a_full).max()))
+    gap, i = _adv_gap(a, a_full)
+    prop = f"scaleout_advantages[{split},W={W}]"
+    if gap <= adv_tol:
+        return ScaleoutResult(prop, "pass", None, f"advantages on {W} ranks equal the full batch's")
+    facts = {"gap": gap, "row": i, "group": int(batch.index[i])}
+    where = f"max |A_split - A_full| = {gap:.3g} at row {i} (group {int(batch.index[i])})"
+    if split != "split-groups":
+        bug_class = "batch statistics computed on a rank's shard"
+        msg = (
+            f"{bug_class}: with whole groups per rank the advantages differ from the full batch's "
+            f"({where}), e.g. a batch-wide std taken per rank; gather the rewards across ranks before "
+            "normalising"
+        )
+        return ScaleoutResult(prop, "FAIL", None, msg, bug_class, facts)
+    whole = runs.get((W, M, "whole-groups"))
+    if whole is None or _adv_gap(np.asarray(whole["advantages"]), a_full)[0] > adv_tol:
+        msg = f"advantages differ on {W} ranks even with whole groups per rank ({where})"
+        return ScaleoutResult(prop, "FAIL", None, msg, None, facts)
+    bug_class = "group statistics computed on a rank's shard"
+    msg = (
+        f"{bug_class}: advantages differ when a group is split across ranks ({where}; with whole groups "
+        "per rank they agree). Gather each group's statistics over process_group, or shard by whole "
+        "groups and check with split='whole-groups'"
+    )
+    return ScaleoutResult(prop, "FAIL", None, msg, bug_class, facts)
+
+
+def _call_shape_cause(
+    runs: Mapping[_Key, _Run],
+    judge: Judge,
+    g_full: np.ndarray,
+    aggregation: str | None,
+    loss_scale: str,
+    constant: float | None,
+    packing: str,
+    lengths: np.ndarray | None,
+    advantage_scale: str,
+) -> str | None:
+    """A cause of the call shape (packing, pre-scaled advantages) that every run confirms, or None."""
+    if aggregation not in AGGREGATION_MODES:
+        return None
+    cause = None
+    if packing != "none" and lengths is not None:
+        grads = {key: readings(np.asarray(r["grad"]), key[1], loss_scale)["none"] for key, r in runs.items()}
+        cause = packed_cause(
+            grads,
+            judge.scores,
+            judge.advantages,
+            judge.mask,
+            lengths,
+            aggregation,
+            assign=judge.assign,
+            capacity=PACKED_CAPACITY,
+            constant=constant,
+        )
+    if cause is None:
+        cause = name_advantage_scale(
+            g_full,
+            judge.scores,
+            judge.advantages,
+            judge.mask,
+            scale=advantage_scale,
+            aggregation=aggregation,
+            constant=constant,
+        )
+    return cause
+
+
+def _cause_class(cause: str) -> str:
+    """The class a call-shape cause leads with (``packed_row_seq_mean: ...``: ``packed_row_seq_mean``)."""
+    return cause.split(":", 1)[0]
 
 
 #: float32's tolerance (:func:`prediction_rtol`): a float64 loss off by no more is off by roundings.
@@ -228,86 +267,124 @@ def _per_split(
     cause: str | None = None,
     pred_rtol: float = _RTOL,
 ) -> list[ScaleoutResult]:
-    results = []
-    # (a) the split gradient against the same code's full-batch gradient, under both readings of
-    # the trainer's accumulation scaling (measured, not declared: normalisers.readings)
+    """The results at (W, M): the split gradient against the same code's full-batch gradient, under
+    both readings of the trainer's accumulation scaling (measured, not declared:
+    :func:`~sigma_ref.conformance.normalisers.readings`), then against the declared aggregation."""
     split_grad = runs[(W, M, split)]["grad"]
     assert split_grad is not None  # _per_split runs only with a loss
     g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale, rtol=pred_rtol)
-    prop = f"scaleout_gradient[W={W},M={M}]"
-    c, resid, err = _fit(g, g_full)
-    if err <= pred_rtol:  # the same code split and whole: only its working precision's roundings differ
-        results.append(
-            ScaleoutResult(
-                prop,
-                "pass",
-                c,
-                f"the accumulated, rank-averaged gradient equals the full-batch gradient "
-                f"(rel. error {err:.1g}){reading_text}",
-            )
+    results = [
+        _gradient_result(
+            runs, g, g_full, W, M, split, aggregation, loss_scale, adv_ok, judge, cause, pred_rtol
         )
-    elif _rounding_level(c, err, pred_rtol):
-        results.append(ScaleoutResult(prop, "WARN", c, _rounding_message("the full-batch gradient", err)))
-    else:
-        named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c, resid)
-        if cause is not None and adv_ok:
-            named = (
-                f"{cause}: the accumulated, rank-averaged gradient is {_scale(c, resid)} the full-batch "
-                f"gradient at W = {W}, M = {M}"
-            )
-        results.append(
-            ScaleoutResult(
-                prop,
-                "FAIL",
-                c,
-                named
-                or _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation, pred_rtol),
-            )
-        )
-
-    # (b) against the prediction under the declared aggregation
+    ]
+    if results[0].verdict == "pass":
+        results[0] = dataclasses.replace(results[0], message=results[0].message + reading_text)
     if aggregation is not None:
         pred = _prediction(batch, a_full, aggregation, constant)
-        cp, rp, ep = _fit(g, pred)
-        prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
+        results.append(
+            _prediction_result(
+                runs,
+                g,
+                g_full,
+                pred,
+                W,
+                M,
+                aggregation,
+                loss_scale,
+                adv_ok,
+                detected,
+                judge,
+                cause,
+                pred_rtol,
+            )
+        )
+    return results
+
+
+def _gradient_result(
+    runs: Mapping[_Key, _Run],
+    g: np.ndarray,
+    g_full: np.ndarray,
+    W: int,
+    M: int,
+    split: str,
+    aggregation: str | None,
+    loss_scale: str,
+    adv_ok: bool,
+    judge: Judge | None,
+    cause: str | None,
+    pred_rtol: float,
+) -> ScaleoutResult:
+    """``scaleout_gradient[W, M]``: pass, a WARN at float32's rounding level, or a FAIL naming the
+    class the probes confirm (a call-shape cause, a normaliser hypothesis, else :func:`_diagnose`)."""
+    prop = f"scaleout_gradient[W={W},M={M}]"
+    c, resid, err = _fit(g, g_full)
+    facts = {"residual": resid, "error": err}
+    if err <= pred_rtol:  # the same code split and whole: only its working precision's roundings differ
+        message = (
+            f"the accumulated, rank-averaged gradient equals the full-batch gradient (rel. error {err:.1g})"
+        )
+        return ScaleoutResult(prop, "pass", c, message, None, facts)
+    if _rounding_level(c, err, pred_rtol):
+        return ScaleoutResult(prop, "WARN", c, _rounding_message("the full-batch gradient", err), None, facts)
+    if cause is not None and adv_ok:
+        message = (
+            f"{cause}: the accumulated, rank-averaged gradient is {_scale(c, resid)} the full-batch "
+            f"gradient at W = {W}, M = {M}"
+        )
+        return ScaleoutResult(prop, "FAIL", c, message, _cause_class(cause), facts)
+    named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c, resid)
+    if named is None:
+        named = _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation, pred_rtol)
+    bug_class, message = named
+    return ScaleoutResult(prop, "FAIL", c, message, bug_class, facts)
+
+
+def _prediction_result(
+    runs: Mapping[_Key, _Run],
+    g: np.ndarray,
+    g_full: np.ndarray,
+    pred: np.ndarray,
+    W: int,
+    M: int,
+    aggregation: str,
+    loss_scale: str,
+    adv_ok: bool,
+    detected: str,
+    judge: Judge | None,
+    cause: str | None,
+    pred_rtol: float,
+) -> ScaleoutResult:
+    """``scaleout_prediction[mode, W, M]``: the gradient against the declared aggregation's
+    prediction with global normalisers; a FAIL says whether the full batch already differs."""
+    cp, rp, ep = _fit(g, pred)
+    prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
+    facts: dict[str, object] = {"aggregation": aggregation, "residual": rp, "error": ep}
+    if ep <= pred_rtol:
         at = (
             ""
             if pred_rtol == _RTOL
             else f", judged at the loss's working precision (rel. tol. {pred_rtol:.2g})"
         )
-        if ep <= pred_rtol:
-            results.append(
-                ScaleoutResult(
-                    prop,
-                    "pass",
-                    cp,
-                    "equals -sum_it w_it A_i grad log pi_it with global normalisers "
-                    f"(rel. error {ep:.1g}{at})",
-                )
-            )
-        elif _rounding_level(cp, ep, pred_rtol):
-            message = _rounding_message(f"the {aggregation} prediction", ep)
-            results.append(ScaleoutResult(prop, "WARN", cp, message))
-        else:
-            cf, rf, ef = _fit(g_full, pred)
-            why = (
-                "the full-batch gradient already differs"
-                f" ({_scale(cf, rf)} the prediction; {detected}): the loss does not aggregate as declared"
-                if ef > pred_rtol
-                else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
-            )
-            countable = judge is not None and ef > pred_rtol and aggregation in AGGREGATION_MODES
-            named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
-            own = cause if cause and adv_ok and not named else None  # its class leads the line
-            why += f". {named}" if named else f". {own}" if own else ""
-            lead = own.split(":", 1)[0] + ": " if own else ""
-            results.append(
-                ScaleoutResult(
-                    prop,
-                    "FAIL",
-                    cp,
-                    f"{lead}the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; "
-                    + why,
-                )
-            )
-    return results
+        message = f"equals -sum_it w_it A_i grad log pi_it with global normalisers (rel. error {ep:.1g}{at})"
+        return ScaleoutResult(prop, "pass", cp, message, None, facts)
+    if _rounding_level(cp, ep, pred_rtol):
+        message = _rounding_message(f"the {aggregation} prediction", ep)
+        return ScaleoutResult(prop, "WARN", cp, message, None, facts)
+    cf, rf, ef = _fit(g_full, pred)
+    facts["full_batch_differs"] = ef > pred_rtol
+    why = (
+        "the full-batch gradient already differs"
+        f" ({_scale(cf, rf)} the prediction; {detected}): the loss does not aggregate as declared"
+        if ef > pred_rtol
+        else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
+    )
+    countable = judge is not None and ef > pred_rtol and aggregation in AGGREGATION_MODES
+    named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
+    own = cause if cause and adv_ok and not named else None  # its class leads the line
+    bug_class = named[0] if named else _cause_class(own) if own else None
+    why += f". {named[1]}" if named else f". {own}" if own else ""
+    lead = bug_class + ": " if own and bug_class else ""
+    message = f"{lead}the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; " + why
+    return ScaleoutResult(prop, "FAIL", cp, message, bug_class, facts)

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
+from typing import Any
 
+from ..core import Finding
 from ..levels import Verdict
 
 # ---------------------------------------------------------------------------
@@ -18,13 +21,35 @@ class ScaleoutResult:
     ``property``: e.g. ``scaleout_gradient[W=2,M=2]``; ``verdict``: ``pass``, ``FAIL``, ``WARN`` or
     ``NOTE`` (the suite's :data:`~.levels.Verdict`); ``factor``: the measured ``c`` (split
     gradient = ``c`` x reference), or None;
-    ``message``: what was measured, and for a FAIL the bug class.
+    ``message``: what was measured, and for a FAIL the bug class; ``bug_class``: the class the
+    probes confirmed (e.g. ``normaliser computed per micro-batch``), or None; ``facts``: measured
+    facts as data (``residual``: the share of the gradient ``c`` leaves; ``aggregation``,
+    ``full_batch_differs`` of a prediction). Consumers read these and :attr:`finding`, never the message.
     """
 
     property: str
     verdict: Verdict
     factor: float | None
     message: str
+    bug_class: str | None = None
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+
+    @builtins.property  # the field ``property`` shadows the builtin in the class body
+    def name(self) -> str:
+        """The property without its configuration (``scaleout_gradient[W=2,M=2]``: ``scaleout_gradient``)."""
+        return self.property.partition("[")[0]
+
+    @builtins.property
+    def finding(self) -> Finding:
+        """The result as a :class:`~.core.Finding`: ``kind="scaleout"``, the bug class, the factor."""
+        return Finding(
+            self.message,
+            verdict=self.verdict,
+            kind="scaleout",
+            facts={"property": self.property, **self.facts},
+            bug_class=self.bug_class,
+            factor=self.factor,
+        )
 
     def line(self) -> str:
         """One line for a report."""
