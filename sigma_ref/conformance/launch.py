@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .._options import ADVANTAGE_SCALE_SCOPES, ADVANTAGE_SCALES, PACKINGS
 from .._vocabulary import VERDICTS
 from .levels import Verdict
-from .scaleout import LOSS_SCALES, RENDEZVOUS_HOST, SPLITS, ScaleoutReport, ScaleoutResult
+from .scaleout import LOSS_SCALES, RENDEZVOUS_HOST, SPLITS, ScaleoutJob, ScaleoutReport, ScaleoutResult
 
 if TYPE_CHECKING:
     from .core import Context
@@ -100,6 +100,33 @@ class ScaleoutOptions:
         """``W=2, M=2,3, whole-groups``."""
         return f"W={self.world_size}, M={','.join(map(str, self.micro_batches))}, {self.split}"
 
+    def job(
+        self,
+        impl: str,
+        loss: str | None,
+        *,
+        layout: str | None,
+        aggregation: str | None,
+        aggregation_constant: float | None,
+        loss_precision: str,
+    ) -> ScaleoutJob:
+        """The :class:`~.scaleout.ScaleoutJob` these options ask for, on the targets the ranks import
+        and the declarations of the implementation under test (every option of the same name)."""
+        shared = {f.name for f in dataclasses.fields(ScaleoutJob)} & {
+            f.name for f in dataclasses.fields(self)
+        }
+        return ScaleoutJob(
+            impl,
+            loss,
+            **{
+                **{name: getattr(self, name) for name in shared},
+                "layout": layout,
+                "aggregation": aggregation,
+                "aggregation_constant": aggregation_constant,
+                "loss_precision": loss_precision,
+            },
+        )
+
 
 def check_options(opts: ScaleoutOptions, loss: Any) -> None:
     """Usage errors of level 5's options against the loss under test, before anything runs: a
@@ -142,7 +169,7 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
     """
     from ..objectives import resolve_declared_aggregation
     from .core import Finding, PropertyFailure
-    from .scaleout import run_scaleout
+    from .scaleout import run_scaleout_many
 
     opts = ctx.scaleout
     if opts is None:
@@ -159,31 +186,16 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
             if loss is None:
                 loss, aggregation = _ORACLE_LOSS, aggregation or "token-mean"
         try:
-            memo["scaleout"] = run_scaleout(
+            job = opts.job(
                 impl,
                 loss,
                 layout=layout,
-                output=opts.output,
-                world_size=opts.world_size,
-                micro_batches=opts.micro_batches,
-                split=opts.split,
                 aggregation=aggregation,
                 aggregation_constant=adapter.aggregation_constant,
-                loss_scale=opts.loss_scale,
-                timeout=opts.timeout,
-                seed=opts.seed,
-                backend=opts.backend,
-                rendezvous_host=opts.rendezvous_host,
-                sizes=opts.sizes,
-                steps_per_generation=opts.steps_per_generation,
-                mask_truncated=opts.mask_truncated,
-                pad_value=opts.pad_value,
-                packing=opts.packing,
-                advantage_scale=opts.advantage_scale,
-                advantage_scale_on=opts.advantage_scale_on,
-                advantage_scaler=opts.advantage_scaler,
-                framework=opts.framework,
                 loss_precision=_loss_precision(ctx),
+            )
+            (memo["scaleout"],) = run_scaleout_many(
+                [job], world_size=opts.world_size, backend=opts.backend, rendezvous_host=opts.rendezvous_host
             )
         except (ValueError, TypeError) as exc:
             memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {exc}", opts.describe()))

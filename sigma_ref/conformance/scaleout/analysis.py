@@ -250,6 +250,24 @@ def _rounding_message(reference: str, err: float) -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _AtSplit:
+    """What the results at one (W, M) are judged with: the runs, the full batch's gradient, the
+    declarations, and the class namers (the :class:`Judge`, a call-shape ``cause``)."""
+
+    runs: Mapping[_Key, _Run]
+    g_full: np.ndarray
+    W: int
+    M: int
+    split: str
+    aggregation: str | None
+    loss_scale: str
+    adv_ok: bool
+    judge: Judge | None
+    cause: str | None
+    pred_rtol: float
+
+
 def _per_split(
     runs: Mapping[_Key, _Run],
     batch: _Batch,
@@ -273,118 +291,90 @@ def _per_split(
     split_grad = runs[(W, M, split)]["grad"]
     assert split_grad is not None  # _per_split runs only with a loss
     g, _, reading_text = judge_reading(split_grad, g_full, M, loss_scale, rtol=pred_rtol)
-    results = [
-        _gradient_result(
-            runs, g, g_full, W, M, split, aggregation, loss_scale, adv_ok, judge, cause, pred_rtol
-        )
-    ]
+    at = _AtSplit(runs, g_full, W, M, split, aggregation, loss_scale, adv_ok, judge, cause, pred_rtol)
+    results = [_gradient_result(at, g)]
     if results[0].verdict == "pass":
         results[0] = dataclasses.replace(results[0], message=results[0].message + reading_text)
     if aggregation is not None:
         pred = _prediction(batch, a_full, aggregation, constant)
-        results.append(
-            _prediction_result(
-                runs,
-                g,
-                g_full,
-                pred,
-                W,
-                M,
-                aggregation,
-                loss_scale,
-                adv_ok,
-                detected,
-                judge,
-                cause,
-                pred_rtol,
-            )
-        )
+        results.append(_prediction_result(at, g, pred, aggregation, detected))
     return results
 
 
-def _gradient_result(
-    runs: Mapping[_Key, _Run],
-    g: np.ndarray,
-    g_full: np.ndarray,
-    W: int,
-    M: int,
-    split: str,
-    aggregation: str | None,
-    loss_scale: str,
-    adv_ok: bool,
-    judge: Judge | None,
-    cause: str | None,
-    pred_rtol: float,
-) -> ScaleoutResult:
+def _gradient_result(at: _AtSplit, g: np.ndarray) -> ScaleoutResult:
     """``scaleout_gradient[W, M]``: pass, a WARN at float32's rounding level, or a FAIL naming the
     class the probes confirm (a call-shape cause, a normaliser hypothesis, else :func:`_diagnose`)."""
+    W, M = at.W, at.M
     prop = f"scaleout_gradient[W={W},M={M}]"
-    c, resid, err = _fit(g, g_full)
+    c, resid, err = _fit(g, at.g_full)
     facts = {"residual": resid, "error": err}
-    if err <= pred_rtol:  # the same code split and whole: only its working precision's roundings differ
+    if err <= at.pred_rtol:  # the same code split and whole: only its working precision's roundings differ
         message = (
             f"the accumulated, rank-averaged gradient equals the full-batch gradient (rel. error {err:.1g})"
         )
         return ScaleoutResult(prop, "pass", c, message, None, facts)
-    if _rounding_level(c, err, pred_rtol):
+    if _rounding_level(c, err, at.pred_rtol):
         return ScaleoutResult(prop, "WARN", c, _rounding_message("the full-batch gradient", err), None, facts)
-    if cause is not None and adv_ok:
+    if at.cause is not None and at.adv_ok:
         message = (
-            f"{cause}: the accumulated, rank-averaged gradient is {_scale(c, resid)} the full-batch "
+            f"{at.cause}: the accumulated, rank-averaged gradient is {_scale(c, resid)} the full-batch "
             f"gradient at W = {W}, M = {M}"
         )
-        return ScaleoutResult(prop, "FAIL", c, message, _cause_class(cause), facts)
-    named = None if judge is None or not adv_ok else judge.name(runs, W, M, split, loss_scale, c, resid)
+        return ScaleoutResult(prop, "FAIL", c, message, _cause_class(at.cause), facts)
+    judge = at.judge
+    named = judge.name(at.runs, W, M, at.split, at.loss_scale, c, resid) if judge and at.adv_ok else None
     if named is None:
-        named = _diagnose(runs, g_full, W, M, split, c, resid, adv_ok, loss_scale, aggregation, pred_rtol)
+        named = _diagnose(
+            at.runs,
+            at.g_full,
+            W,
+            M,
+            at.split,
+            c,
+            resid,
+            at.adv_ok,
+            at.loss_scale,
+            at.aggregation,
+            at.pred_rtol,
+        )
     bug_class, message = named
     return ScaleoutResult(prop, "FAIL", c, message, bug_class, facts)
 
 
 def _prediction_result(
-    runs: Mapping[_Key, _Run],
-    g: np.ndarray,
-    g_full: np.ndarray,
-    pred: np.ndarray,
-    W: int,
-    M: int,
-    aggregation: str,
-    loss_scale: str,
-    adv_ok: bool,
-    detected: str,
-    judge: Judge | None,
-    cause: str | None,
-    pred_rtol: float,
+    at: _AtSplit, g: np.ndarray, pred: np.ndarray, aggregation: str, detected: str
 ) -> ScaleoutResult:
     """``scaleout_prediction[mode, W, M]``: the gradient against the declared aggregation's
     prediction with global normalisers; a FAIL says whether the full batch already differs."""
     cp, rp, ep = _fit(g, pred)
-    prop = f"scaleout_prediction[{aggregation},W={W},M={M}]"
+    prop = f"scaleout_prediction[{aggregation},W={at.W},M={at.M}]"
     facts: dict[str, object] = {"aggregation": aggregation, "residual": rp, "error": ep}
-    if ep <= pred_rtol:
-        at = (
-            ""
-            if pred_rtol == _RTOL
-            else f", judged at the loss's working precision (rel. tol. {pred_rtol:.2g})"
+    if ep <= at.pred_rtol:
+        precision = f", judged at the loss's working precision (rel. tol. {at.pred_rtol:.2g})"
+        tolerance = "" if at.pred_rtol == _RTOL else precision
+        message = (
+            f"equals -sum_it w_it A_i grad log pi_it with global normalisers (rel. error {ep:.1g}{tolerance})"
         )
-        message = f"equals -sum_it w_it A_i grad log pi_it with global normalisers (rel. error {ep:.1g}{at})"
         return ScaleoutResult(prop, "pass", cp, message, None, facts)
-    if _rounding_level(cp, ep, pred_rtol):
+    if _rounding_level(cp, ep, at.pred_rtol):
         message = _rounding_message(f"the {aggregation} prediction", ep)
         return ScaleoutResult(prop, "WARN", cp, message, None, facts)
-    cf, rf, ef = _fit(g_full, pred)
-    facts["full_batch_differs"] = ef > pred_rtol
+    cf, rf, ef = _fit(at.g_full, pred)
+    facts["full_batch_differs"] = ef > at.pred_rtol
     why = (
         "the full-batch gradient already differs"
         f" ({_scale(cf, rf)} the prediction; {detected}): the loss does not aggregate as declared"
-        if ef > pred_rtol
+        if ef > at.pred_rtol
         else "the full-batch gradient matches it, the split one does not (see scaleout_gradient)"
     )
-    countable = judge is not None and ef > pred_rtol and aggregation in AGGREGATION_MODES
-    named = judge.name_prediction(runs, aggregation, loss_scale, cf) if judge and countable else None
-    own = cause if cause and adv_ok and not named else None  # its class leads the line
+    judge = at.judge
+    countable = judge is not None and ef > at.pred_rtol and aggregation in AGGREGATION_MODES
+    named = judge.name_prediction(at.runs, aggregation, at.loss_scale, cf) if judge and countable else None
+    own = at.cause if at.cause and at.adv_ok and not named else None  # its class leads the line
     bug_class = named[0] if named else _cause_class(own) if own else None
     why += f". {named[1]}" if named else f". {own}" if own else ""
     lead = bug_class + ": " if own and bug_class else ""
-    message = f"{lead}the gradient at W={W}, M={M} is {_scale(cp, rp)} the {aggregation} prediction; " + why
+    message = (
+        f"{lead}the gradient at W={at.W}, M={at.M} is {_scale(cp, rp)} the {aggregation} prediction; " + why
+    )
     return ScaleoutResult(prop, "FAIL", cp, message, bug_class, facts)

@@ -200,10 +200,11 @@ class _Watch:
 
 
 def _run_jobs(
-    world_size: int,
-    backend: str,
     jobs: Sequence[_JobConfig],
     timeouts: Sequence[float],
+    *,
+    world_size: int,
+    backend: str,
     host: str = RENDEZVOUS_HOST,
 ) -> list[tuple[_Outcome, float]]:
     """Every job's outcome: as many jobs per launch as run through, the rest in fresh processes.

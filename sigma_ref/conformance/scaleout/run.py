@@ -64,7 +64,11 @@ def run_scaleout_many(
             f"rendezvous_host={rendezvous_host!r} must be an address to listen on, e.g. {RENDEZVOUS_HOST!r}"
         )
     outcomes = _run_jobs(
-        world_size, backend, [p.config for p in prepared], [p.job.timeout for p in prepared], rendezvous_host
+        [p.config for p in prepared],
+        [p.job.timeout for p in prepared],
+        world_size=world_size,
+        backend=backend,
+        host=rendezvous_host,
     )
     reports: list[ScaleoutReport] = []
     since = start
