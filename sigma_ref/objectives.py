@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import torch
 
@@ -43,6 +43,9 @@ from ._aggregation import (
 )
 from .conventions import AGGREGATION_ALIASES, AGGREGATION_MODES, resolve_aggregation
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
     "AGGREGATION_MODES",
     "AGGREGATION_ALIASES",
@@ -56,6 +59,7 @@ __all__ = [
     "Objective",
     "loss_gradient",
     "loss_gradient_terms",
+    "LossInputs",
     "kl_estimate",
     "importance_weights",
 ]
@@ -252,6 +256,16 @@ def importance_weights(
     return rho * m
 
 
+class LossInputs(TypedDict, total=False):
+    """The optional per-token inputs of :func:`loss_gradient_terms` and :func:`loss_gradient`:
+    ``ref_logp`` (the reference policy's log-probs, for a KL in the loss), ``rollout_logp`` (the
+    rollout engine's, for ``tis_cap``) and ``rho`` (importance weights used as given), each ``[N, T]``."""
+
+    ref_logp: Any
+    rollout_logp: Any
+    rho: Any
+
+
 def loss_gradient_terms(
     objective: Objective,
     logp: Any,
@@ -301,6 +315,19 @@ def loss_gradient_terms(
     """
     if not isinstance(objective, Objective):
         raise TypeError(f"objective={objective!r} must be a sigma_ref.objectives.Objective")
+    m, lp, olp, adv = _token_inputs(logp, old_logp, advantages, mask)
+    w = aggregation_weights(m, objective.aggregation, constant=objective.constant)
+    rho = _rollout_weights(objective, m, olp, rollout_logp, rho)
+    log_ratio = (lp - olp) * m
+    grad = _policy_gradient(objective, m, log_ratio, adv, w, rho)
+    return {"policy": grad * m, "kl": _kl_gradient(objective, m, lp, log_ratio, w, ref_logp)}
+
+
+def _token_inputs(
+    logp: Any, old_logp: Any, advantages: Any, mask: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(mask, logp, old_logp, advantages)`` as float64 ``[N, T]`` (advantages ``[N]`` broadcast
+    over each row), finite on every unmasked token (else ``ValueError``)."""
     m = _mask(mask)
     shape = tuple(m.shape)
     lp = _tokens(logp, "logp", shape)
@@ -315,86 +342,106 @@ def loss_gradient_terms(
     for name, x in (("logp", lp), ("old_logp", olp), ("advantages", adv)):
         if not bool(torch.isfinite(x[m.bool()]).all()):
             raise ValueError(f"{name} contains a NaN or infinity on an unmasked token; pass finite values")
-    w = aggregation_weights(m, objective.aggregation, constant=objective.constant)
+    return m, lp, olp, adv
+
+
+def _rollout_weights(
+    objective: Objective, m: torch.Tensor, olp: torch.Tensor, rollout_logp: Any, rho: Any
+) -> torch.Tensor:
+    """``rho [N, T]``: the given weights (checked), else ``tis_cap``'s (:func:`importance_weights`),
+    else the mask."""
     if rho is not None:
-        rho = _tokens(rho, "rho", shape) * m
-        if not bool(torch.isfinite(rho).all()) or bool((rho < 0).any()):
+        given = _tokens(rho, "rho", tuple(m.shape)) * m
+        if not bool(torch.isfinite(given).all()) or bool((given < 0).any()):
             raise ValueError("rho contains a negative, NaN or infinite weight; pass finite weights >= 0")
-    elif objective.tis_cap is None:
-        rho = m
-    else:
-        if rollout_logp is None:
-            raise ValueError(
-                f"tis_cap={objective.tis_cap} needs rollout_logp= (the rollout engine's log-probs)"
-            )
-        rho = importance_weights(
-            olp, rollout_logp, m, cap=objective.tis_cap, level=objective.tis_level, mode=objective.tis_mode
-        )
+        return given
+    if objective.tis_cap is None:
+        return m
+    if rollout_logp is None:
+        raise ValueError(f"tis_cap={objective.tis_cap} needs rollout_logp= (the rollout engine's log-probs)")
+    return importance_weights(
+        olp, rollout_logp, m, cap=objective.tis_cap, level=objective.tis_level, mode=objective.tis_mode
+    )
+
+
+def _sequence_ratio(log_ratio: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, |y|)`` per row ``[N, 1]``: GSPO's ``s_i = exp(sum_t mask_it log r_it / |y_i|)``, the length."""
+    length = m.sum(-1, keepdim=True).clamp(min=1)
+    return torch.exp(log_ratio.sum(-1, keepdim=True) / length), length
+
+
+def _policy_gradient(
+    objective: Objective,
+    m: torch.Tensor,
+    log_ratio: torch.Tensor,
+    adv: torch.Tensor,
+    w: torch.Tensor,
+    rho: torch.Tensor,
+) -> torch.Tensor:
+    """The policy term's ``dL/dlogp_it`` (before masking) for the objective's kind (formulas:
+    :func:`loss_gradient_terms`)."""
     lo, hi = objective.clip_range
-    log_ratio = (lp - olp) * m
     if objective.kind == "ppo":
         r = torch.exp(log_ratio)
         inside = torch.where(adv > 0, r <= hi, r >= lo)
         if objective.dual_clip is not None:
             inside = inside & ~((adv < 0) & (r > objective.dual_clip))
-        grad = -w * rho * adv * r * inside
-    elif objective.kind in ("gspo", "gspo-token"):
-        length = m.sum(-1, keepdim=True).clamp(min=1)
-        s = torch.exp(log_ratio.sum(-1, keepdim=True) / length)
-        inside = torch.where(adv > 0, s <= hi, s >= lo)
-        if objective.kind == "gspo":  # through s_i: ds_i/dlogp_it = s_i mask_it / |y_i|
-            row = (w * rho * adv * s * inside).sum(-1, keepdim=True)
-            grad = -(m / length) * row
-        else:  # GSPO-token: ds_it/dlogp_it = s_i, no cross-token term
-            grad = -w * rho * adv * s * inside
-    else:
+        return -w * rho * adv * r * inside
+    if objective.kind == "cispo":
         r = torch.exp(log_ratio)
-        grad = -w * rho * r.clamp(min=lo, max=hi) * adv
-    if objective.kl is not None and objective.kl_placement == "loss" and objective.kl_coef != 0:
-        if ref_logp is None:
-            raise ValueError(
-                f"kl={objective.kl!r} in the loss needs ref_logp= (the reference policy's log-probs)"
-            )
-        ref = _tokens(ref_logp, "ref_logp", shape)
-        if objective.kl == "k3-is" and objective.kind == "gspo":
-            # q = s_i carries the gradient of the whole row: d/dlogp_it sum_t' w s_i k3_it' =
-            # w_it s_i (1 - exp(-delta_it)) + (mask_it / |y_i|) sum_t' w_it' s_i k3_it'
-            length = m.sum(-1, keepdim=True).clamp(min=1)
-            q = torch.exp(log_ratio.sum(-1, keepdim=True) / length).expand_as(m)
-            value, _ = kl_estimate(lp, ref, "k3-is", ratio=q)
-            _, own = kl_estimate(lp, ref, "k3")
-            kl = objective.kl_coef * (w * q * own + (m / length) * (w * value * m).sum(-1, keepdim=True))
-        else:
-            if objective.kl == "k3-is":  # a per-token ratio q_it with dq_it/dlogp_it = q_it
-                if objective.kind == "gspo-token":  # value s_i, gradient per token
-                    length = m.sum(-1, keepdim=True).clamp(min=1)
-                    q = torch.exp(log_ratio.sum(-1, keepdim=True) / length).expand_as(m)
-                else:
-                    q = torch.exp(log_ratio)
-                _, slope = kl_estimate(lp, ref, "k3-is", ratio=q)
-            else:
-                _, slope = kl_estimate(lp, ref, objective.kl)
-            kl = objective.kl_coef * w * slope
-        kl = kl * m
+        return -w * rho * r.clamp(min=lo, max=hi) * adv
+    s, length = _sequence_ratio(log_ratio, m)
+    inside = torch.where(adv > 0, s <= hi, s >= lo)
+    if objective.kind == "gspo":  # through s_i: ds_i/dlogp_it = s_i mask_it / |y_i|
+        row = (w * rho * adv * s * inside).sum(-1, keepdim=True)
+        return -(m / length) * row
+    return -w * rho * adv * s * inside  # GSPO-token: ds_it/dlogp_it = s_i, no cross-token term
+
+
+def _kl_gradient(
+    objective: Objective,
+    m: torch.Tensor,
+    lp: torch.Tensor,
+    log_ratio: torch.Tensor,
+    w: torch.Tensor,
+    ref_logp: Any,
+) -> torch.Tensor:
+    """The KL term's ``dL/dlogp_it`` (masked): 0 unless the KL is in the loss with a non-zero
+    coefficient; ``k3-is`` weights k3 by the objective's own ratio (:func:`loss_gradient_terms`)."""
+    kl = objective.kl
+    if kl is None or objective.kl_placement != "loss" or objective.kl_coef == 0:
+        return torch.zeros_like(m)
+    if ref_logp is None:
+        raise ValueError(f"kl={kl!r} in the loss needs ref_logp= (the reference policy's log-probs)")
+    ref = _tokens(ref_logp, "ref_logp", tuple(m.shape))
+    if kl == "k3-is" and objective.kind == "gspo":
+        # q = s_i carries the gradient of the whole row: d/dlogp_it sum_t' w s_i k3_it' =
+        # w_it s_i (1 - exp(-delta_it)) + (mask_it / |y_i|) sum_t' w_it' s_i k3_it'
+        s, length = _sequence_ratio(log_ratio, m)
+        q = s.expand_as(m)
+        value, _ = kl_estimate(lp, ref, "k3-is", ratio=q)
+        _, own = kl_estimate(lp, ref, "k3")
+        return objective.kl_coef * (w * q * own + (m / length) * (w * value * m).sum(-1, keepdim=True)) * m
+    if kl == "k3-is":  # a per-token ratio q_it with dq_it/dlogp_it = q_it
+        # GSPO-token: value s_i, gradient per token
+        q = (
+            _sequence_ratio(log_ratio, m)[0].expand_as(m)
+            if objective.kind == "gspo-token"
+            else torch.exp(log_ratio)
+        )
+        _, slope = kl_estimate(lp, ref, "k3-is", ratio=q)
     else:
-        kl = torch.zeros_like(m)
-    return {"policy": grad * m, "kl": kl}
+        _, slope = kl_estimate(lp, ref, kl)
+    return objective.kl_coef * w * slope * m
 
 
 def loss_gradient(
-    objective: Objective,
-    logp: Any,
-    old_logp: Any,
-    advantages: Any,
-    mask: Any,
-    *,
-    ref_logp: Any = None,
-    rollout_logp: Any = None,
-    rho: Any = None,
+    objective: Objective, logp: Any, old_logp: Any, advantages: Any, mask: Any, **inputs: Unpack[LossInputs]
 ) -> torch.Tensor:
     """``dL/dlogp_it [N, T]``: the gradient of the declared loss in each token's log-probability.
 
-    The sum of :func:`loss_gradient_terms` (its docstring states each objective's formula):
+    The sum of :func:`loss_gradient_terms`, with the same inputs (``ref_logp``, ``rollout_logp``,
+    ``rho``: :class:`LossInputs`); its docstring states each objective's formula:
     ``grad_theta L = sum_it dL/dlogp_it * grad log pi(y_it)``, and torch autograd of a correct
     implementation with ``logp`` as a leaf returns exactly this array. PPO with
     ``r = exp(logp - old_logp)``, ``A > 0`` and token-mean: ``-A r / N_tok`` inside the clip,
@@ -405,7 +452,5 @@ def loss_gradient(
     >>> loss_gradient(obj, logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2))
     tensor([[-0.5500, -0.0000]], dtype=torch.float64)
     """
-    terms = loss_gradient_terms(
-        objective, logp, old_logp, advantages, mask, ref_logp=ref_logp, rollout_logp=rollout_logp, rho=rho
-    )
+    terms = loss_gradient_terms(objective, logp, old_logp, advantages, mask, **inputs)
     return terms["policy"] + terms["kl"]
