@@ -33,8 +33,6 @@ PENDING_FUNCTIONS = frozenset(
         "sigma_ref/conformance/scaleout.py::_launch",
         "sigma_ref/conformance/scaleout.py::_prepare",
         "sigma_ref/conformance/scaleout.py::_run_job",
-        "sigma_ref/conformance/session.py::build_context",
-        "sigma_ref/conformance/session.py::declare_objective",
         "sigma_ref/objectives.py::loss_gradient_terms",
     }
 )
