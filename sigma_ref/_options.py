@@ -41,6 +41,7 @@ __all__ = [
     "OBJECTIVE_OPTIONS",
     "Option",
     "OPTIONS",
+    "SuiteOptions",
     "seconds",
     "counts",
     "positive",
@@ -470,6 +471,136 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+#: Each option by its name (``"kl-coef"``).
+_BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+
+def _default(name: str) -> Any:
+    """The table's default of the option ``name`` (a switch: ``False``): :class:`SuiteOptions`'s."""
+    option = _BY_NAME[name]
+    return False if option.flag else option.default
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SuiteOptions:
+    """Every option of a run of the suite, one field per :data:`OPTIONS` entry, in its order.
+
+    A field is named as ``sigma-ref check``'s namespace names the option (``kl-coef`` ->
+    ``kl_coef``) and defaults to the table's default (a switch to ``False``); ``None``: not given.
+    Built from pytest's config (:meth:`from_pytest`, the plugin) or an argparse namespace
+    (:meth:`from_argparse`, ``sigma-ref check``), and read by
+    :func:`~sigma_ref.conformance.session.build_context` (levels 0-4) and
+    :func:`~sigma_ref.conformance.session.scaleout_options` (level 5). ``tests/test_options.py``
+    checks that the fields and the table agree.
+
+    >>> options = SuiteOptions(layout="index", kl_coef=0.04)
+    >>> options.convention, options.split, options.strict
+    ('auto', 'whole-groups', False)
+    >>> options.argv()
+    ['--sigma-ref-layout', 'index', '--sigma-ref-kl-coef', '0.04']
+    """
+
+    impl: str | None = _default("impl")
+    layout: str | None = _default("layout")
+    output: str | None = _default("output")
+    framework: str = _default("framework")
+    loss: str | None = _default("loss")
+    convention: str = _default("convention")
+    report: str | None = _default("report")
+    force: bool = _default("force")
+    precision: str = _default("precision")
+    strict: bool = _default("strict")
+    aggregation: str | None = _default("aggregation")
+    aggregation_constant: float | None = _default("aggregation-constant")
+    clip: str | tuple[float, float] | None = _default("clip")
+    returns: str | None = _default("returns")
+    keep_metric: str | None = _default("keep-metric")
+    timeout: float | None = _default("timeout")
+    objective: str | None = _default("objective")
+    dual_clip: float | None = _default("dual-clip")
+    kl: str | None = _default("kl")
+    kl_coef: float | None = _default("kl-coef")
+    kl_placement: str | None = _default("kl-placement")
+    tis_cap: float | None = _default("tis-cap")
+    tis_level: str | None = _default("tis-level")
+    tis_mode: str | None = _default("tis-mode")
+    world_size: int | None = _default("world-size")
+    micro_batches: tuple[int, ...] | None = _default("micro-batches")
+    split: str = _default("split")
+    split_sizes: str = _default("split-sizes")
+    steps_per_generation: int = _default("steps-per-generation")
+    mask_truncated: bool = _default("mask-truncated")
+    pad_value: float | None = _default("pad-value")
+    packing: str = _default("packing")
+    advantage_scale: str = _default("advantage-scale")
+    advantage_scaler: str | None = _default("advantage-scaler")
+    advantage_scale_on: str = _default("advantage-scale-on")
+    loss_scale: str = _default("loss-scale")
+    scaleout_timeout: float = _default("scaleout-timeout")
+    backend: str = _default("backend")
+    rendezvous_host: str = _default("rendezvous-host")
+
+    @classmethod
+    def _read(cls, value_of: Callable[[Option], Any]) -> SuiteOptions:
+        """Each option's value as ``value_of`` reads it; ``None`` (not given) is the table's default."""
+        values = {option.check_dest: value_of(option) for option in OPTIONS}
+        return cls(**{name: value for name, value in values.items() if value is not None})
+
+    @classmethod
+    def from_pytest(cls, config: Any) -> SuiteOptions:
+        """The options of a pytest run (``config.getoption("sigma_ref_<name>")``, the plugin's
+        ``--sigma-ref-<name>``); an option the session lacks is at its default."""
+        return cls._read(lambda option: config.getoption(option.dest, None))
+
+    @classmethod
+    def from_argparse(cls, namespace: argparse.Namespace) -> SuiteOptions:
+        """The options of a parsed ``sigma-ref check`` (or ``detect``: the few it has) command line.
+
+        >>> SuiteOptions.from_argparse(argparse.Namespace(impl="m:f", layout=None)).impl
+        'm:f'
+        """
+        return cls._read(lambda option: getattr(namespace, option.check_dest, None))
+
+    def replace(self, **changes: Any) -> SuiteOptions:
+        """A copy with ``changes`` (field names); an unknown name is a ``TypeError`` naming the fields.
+
+        >>> SuiteOptions().replace(layout="index").layout
+        'index'
+        """
+        unknown = sorted(set(changes) - {option.check_dest for option in OPTIONS})
+        if unknown:
+            names = ", ".join(option.check_dest for option in OPTIONS)
+            raise TypeError(f"{', '.join(unknown)}: not an option of the suite (SuiteOptions: {names})")
+        return dataclasses.replace(self, **changes)
+
+    def objective_terms(self) -> dict[str, Any]:
+        """The terms of the declared objective (:data:`OBJECTIVE_OPTIONS` but ``objective``), by field.
+
+        >>> SuiteOptions(kl="k3", kl_coef=0.04).objective_terms()["kl_coef"]
+        0.04
+        """
+        names = (name.replace("-", "_") for name in OBJECTIVE_OPTIONS if name != "objective")
+        return {name: getattr(self, name) for name in names}
+
+    def argv(self, *, names: Sequence[str] | None = None, prefix: str = "--sigma-ref-") -> list[str]:
+        """The options given (not at their default) as arguments: ``--sigma-ref-<name>`` for pytest, or
+        with ``prefix="--"`` as ``sigma-ref check`` takes them; only those in ``names`` when given.
+
+        >>> SuiteOptions(layout="index", timeout=2.5).argv(names=("timeout",), prefix="--")
+        ['--timeout', '2.5']
+        """
+        argv: list[str] = []
+        for option in OPTIONS:
+            if names is not None and option.name not in names:
+                continue
+            value = getattr(self, option.check_dest)
+            if option.flag:
+                argv += [prefix + option.name] if value else []
+            elif value is not None and value != option.default:
+                argv += [prefix + option.name, option.show(value)]
+        return argv
+
+
 def add_to_pytest(group: Any) -> None:
     """Register every option on a pytest option group as ``--sigma-ref-<name>``."""
     for option in OPTIONS:
@@ -493,22 +624,14 @@ def add_to_argparse(
 
 def pytest_argv(args: argparse.Namespace) -> list[str]:
     """``sigma-ref check``'s parsed options as the child pytest's ``--sigma-ref-*`` arguments
-    (an option left at its default is not passed).
+    (an option left at its default is not passed): :meth:`SuiteOptions.argv` of the namespace.
 
     >>> pytest_argv(argparse.Namespace(impl="m:f", strict=True, timeout=2.5, micro_batches=(1, 2)))
     ... # doctest: +NORMALIZE_WHITESPACE
     ['--sigma-ref-impl', 'm:f', '--sigma-ref-strict', '--sigma-ref-timeout', '2.5',
      '--sigma-ref-micro-batches', '1,2']
     """
-    argv: list[str] = []
-    for option in OPTIONS:
-        value = getattr(args, option.check_dest, None)
-        if option.flag:
-            if value:
-                argv.append(option.pytest_flag)
-        elif value is not None and value != option.default:
-            argv += [option.pytest_flag, option.show(value)]
-    return argv
+    return SuiteOptions.from_argparse(args).argv()
 
 
 #: Any of the options as ``sigma-ref check`` names it, longest names first, not inside a longer flag.

@@ -73,7 +73,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import pytest
 
 if TYPE_CHECKING:
+    from sigma_ref._options import SuiteOptions
     from sigma_ref.conformance.core import Context, Outcome
+    from sigma_ref.conformance.launch import ScaleoutOptions
 
 #: The suite's hypothesis profiles (module doc), in their own namespace: hypothesis itself
 #: registers (and under ``CI`` loads) a profile called ``ci``.
@@ -217,24 +219,18 @@ def pytest_configure(config: pytest.Config) -> None:
     ``spec/conftest.py`` registers the profiles when it loads one)."""
     if profile_name(str(config.getoption("hypothesis_profile", None) or "")) in PROFILES:
         register_profiles()
-    report = config.getoption("sigma_ref_report", None)
-    if report:  # a bad --report path fails now, not after the run (sigma_ref._files)
+    options = suite_options(config)
+    if options.report:  # a bad --report path fails now, not after the run (sigma_ref._files)
         from sigma_ref._files import check_output
 
         try:
-            check_output(
-                report,
-                option="--sigma-ref-report",
-                kind="report",
-                force=bool(config.getoption("sigma_ref_force")),
-            )
+            check_output(options.report, option="--sigma-ref-report", kind="report", force=options.force)
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
-    timeout = config.getoption("sigma_ref_timeout", None)
-    if timeout is not None:
+    if options.timeout is not None:
         from sigma_ref.conformance.guard import set_timeout
 
-        set_timeout(timeout)
+        set_timeout(options.timeout)
     path = config.getoption("sigma_ref_progress", None)
     if path:
         from sigma_ref.conformance import guard
@@ -249,7 +245,7 @@ def pytest_configure(config: pytest.Config) -> None:
             os._exit(1)
 
         guard._last_resort = stop
-    elif config.getoption("sigma_ref_impl", None):  # the pytest route: no parent to report a hang
+    elif options.impl:  # the pytest route: no parent to report a hang
 
         def stop_here(message: str) -> None:  # one line instead of a silent wait past every limit
             import sys
@@ -287,11 +283,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(progress.exitstatus)
-    elif config.getoption("sigma_ref_impl", None):  # the pytest route's last resort (configure)
+    elif suite_options(config).impl:  # the pytest route's last resort (configure)
         from sigma_ref.conformance import guard
 
         guard._last_resort = None
-    if config.getoption("sigma_ref_timeout", None) is not None:
+    if suite_options(config).timeout is not None:
         from sigma_ref.conformance.guard import DEFAULT_TIMEOUT, set_timeout
 
         set_timeout(DEFAULT_TIMEOUT)
@@ -325,14 +321,17 @@ def _state(config: pytest.Config) -> _State:
     return state
 
 
-def _objective_options(config: pytest.Config) -> dict[str, Any]:
-    """``--sigma-ref-objective`` and its terms as ``build_context``'s keyword arguments."""
-    from sigma_ref._options import OBJECTIVE_OPTIONS
+_OPTIONS_KEY = pytest.StashKey["SuiteOptions"]()
 
-    return {
-        name.replace("-", "_"): config.getoption("sigma_ref_" + name.replace("-", "_"), None)
-        for name in OBJECTIVE_OPTIONS
-    }
+
+def suite_options(config: pytest.Config) -> SuiteOptions:
+    """The run's ``--sigma-ref-*`` options (:class:`~sigma_ref._options.SuiteOptions`), read once."""
+    options = config.stash.get(_OPTIONS_KEY, None)
+    if options is None:
+        from sigma_ref._options import SuiteOptions
+
+        options = config.stash[_OPTIONS_KEY] = SuiteOptions.from_pytest(config)
+    return options
 
 
 def conformance_context(config: pytest.Config) -> Any:
@@ -342,29 +341,15 @@ def conformance_context(config: pytest.Config) -> Any:
         from hypothesis import settings
 
         from sigma_ref.conformance.guard import ImplementationError
-        from sigma_ref.conformance.session import build_context, new_seed
+        from sigma_ref.conformance.session import build_context, new_seed, scaleout_options
 
         progress = _progress(config)
         if progress is not None:
             progress.write("context")
+        options = suite_options(config)
         try:
-            ctx = build_context(
-                config.getoption("sigma_ref_impl"),
-                layout=config.getoption("sigma_ref_layout"),
-                loss=config.getoption("sigma_ref_loss"),
-                convention=config.getoption("sigma_ref_convention"),
-                precision=config.getoption("sigma_ref_precision", "auto") or "auto",
-                strict=bool(config.getoption("sigma_ref_strict", False)),
-                output=config.getoption("sigma_ref_output", None),
-                framework=config.getoption("sigma_ref_framework", None) or "auto",
-                aggregation=config.getoption("sigma_ref_aggregation", None),
-                clip=config.getoption("sigma_ref_clip", None),
-                aggregation_constant=config.getoption("sigma_ref_aggregation_constant", None),
-                returns=config.getoption("sigma_ref_returns", None),
-                keep_metric=config.getoption("sigma_ref_keep_metric", None),
-                **_objective_options(config),
-            )
-            scaleout = _scaleout_options(config)  # level 5's, when asked for
+            ctx = build_context(options=options)
+            scaleout = scaleout_options(options)  # level 5's, when asked for
             if scaleout is not None:
                 from sigma_ref.conformance.launch import check_options
 
@@ -397,45 +382,12 @@ def conformance_seed(config: pytest.Config) -> int | None:
     return _state(config)["seed"]
 
 
-def _scaleout_options(config: pytest.Config) -> Any:
-    """Level 5's options (:class:`~sigma_ref.conformance.launch.ScaleoutOptions`), or ``None`` when
-    neither ``--sigma-ref-world-size`` nor ``--sigma-ref-micro-batches`` is given."""
-    W = config.getoption("sigma_ref_world_size", None)
-    M = config.getoption("sigma_ref_micro_batches", None)
-    packing = config.getoption("sigma_ref_packing", "none") or "none"
-    scale = config.getoption("sigma_ref_advantage_scale", "none") or "none"
-    scaler = config.getoption("sigma_ref_advantage_scaler", None)
-    if W is None and M is None:
-        from sigma_ref.conformance.launch import LEVEL5_ONLY
+def _scaleout_options(config: Any) -> ScaleoutOptions | None:
+    """Level 5's options of a pytest run (:func:`~sigma_ref.conformance.session.scaleout_options`)."""
+    from sigma_ref._options import SuiteOptions
+    from sigma_ref.conformance.session import scaleout_options
 
-        for name, value in (("packing", packing), ("advantage-scale", scale), ("advantage-scaler", scaler)):
-            if value not in ("none", None):
-                raise ValueError(LEVEL5_ONLY.format(option=f"--{name} {value}"))
-        return None
-    from sigma_ref.conformance.launch import ScaleoutOptions
-
-    return ScaleoutOptions(
-        impl=config.getoption("sigma_ref_impl"),
-        loss=config.getoption("sigma_ref_loss"),
-        layout=config.getoption("sigma_ref_layout"),
-        output=config.getoption("sigma_ref_output", None),
-        world_size=W or 1,
-        micro_batches=tuple(M or (1,)),
-        split=config.getoption("sigma_ref_split"),
-        loss_scale=config.getoption("sigma_ref_loss_scale"),
-        timeout=config.getoption("sigma_ref_scaleout_timeout"),
-        backend=config.getoption("sigma_ref_backend"),
-        rendezvous_host=config.getoption("sigma_ref_rendezvous_host", "127.0.0.1"),
-        sizes=config.getoption("sigma_ref_split_sizes", "uneven"),
-        steps_per_generation=config.getoption("sigma_ref_steps_per_generation", 1),
-        mask_truncated=config.getoption("sigma_ref_mask_truncated", False),
-        pad_value=config.getoption("sigma_ref_pad_value", None),
-        packing=packing,
-        advantage_scale=scale,
-        advantage_scale_on=config.getoption("sigma_ref_advantage_scale_on", "step") or "step",
-        advantage_scaler=scaler,
-        framework=config.getoption("sigma_ref_framework", None) or "auto",
-    )
+    return scaleout_options(SuiteOptions.from_pytest(config))
 
 
 #: The keys of a property test's place in the suite's order, and of the run's hypothesis seed, in its
@@ -526,7 +478,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state = _state(config)
     if not state["outcomes"] or hasattr(config, "workerinput"):
         return
-    if config.getoption("sigma_ref_impl") is None and config.getoption("sigma_ref_report") is None:
+    options = suite_options(config)
+    if options.impl is None and options.report is None:
         return
     from hypothesis import settings
 
@@ -540,7 +493,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", "sigma-ref conformance")
     shown = summary(context, outcomes, seed=seed, profile=profile, seconds=seconds)
     terminalreporter.write_line(route_text(config, shown))
-    path = config.getoption("sigma_ref_report")
+    path = options.report
     if path:
         from sigma_ref._files import write_atomic
 

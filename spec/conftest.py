@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sigma_ref.conformance.core import PROPERTIES, Context, load_properties
-from sigma_ref.pytest_plugin import conformance_context, conformance_seed, load_suite_profile
+from sigma_ref.pytest_plugin import conformance_context, conformance_seed, load_suite_profile, suite_options
 
 _HERE = Path(__file__).resolve().parent
 load_properties()  # every property, in the suite's order, before pytest imports the modules
@@ -67,9 +67,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Say what is tested, and (the pytest route, not ``sigma-ref check``'s child) that the
     implementation runs unprotected in this process."""
-    impl = config.getoption("sigma_ref_impl") or "the sigma_ref oracle (paper, index layout)"
-    lines = [f"sigma-ref conformance: impl={impl}, convention={config.getoption('sigma_ref_convention')}"]
-    if config.getoption("sigma_ref_impl") and not config.getoption("sigma_ref_progress"):
+    options = suite_options(config)
+    impl = options.impl or "the sigma_ref oracle (paper, index layout)"
+    lines = [f"sigma-ref conformance: impl={impl}, convention={options.convention}"]
+    if options.impl and not config.getoption("sigma_ref_progress"):
         lines.append(UNPROTECTED)
     return lines
 

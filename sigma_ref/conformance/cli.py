@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .._options import add_to_argparse
+from .._options import SuiteOptions, add_to_argparse
 
 __all__ = ["spec_dir", "add_check", "add_detect", "run_check", "abnormal_summary", "hypothesis_cache"]
 
@@ -332,18 +332,38 @@ def _crash_site(err: str) -> tuple[str, str]:
     return " -> ".join(reversed(frames[:3])), head.rstrip("\n")
 
 
+#: Each sub-command's one-line help and its description (``sigma-ref <command> --help``).
+_HELP: dict[str, tuple[str, str]] = {
+    "check": (
+        "run the conformance suite (spec/) on an implementation",
+        "Run the conformance suite on IMPL (pkg.module:attr, a function or an Adapter) in a child process. "
+        "Exit code 0 when no property FAILs, 1 when one does or the implementation ends the process, fails "
+        "to import or hangs, 2 on a usage error; prints a one-screen summary. The whole run may take "
+        f"{RUN_LIMIT_FACTOR['dev']} times the per-call --timeout (at least {MIN_RUN_LIMIT:g} s).",
+    ),
+    "detect": (
+        "print the convention an implementation follows (probes)",
+        "Probe IMPL with designed reward vectors (in a child process) and print the detected convention. "
+        "Exit code 0 when it matches a preset (or RLOO), 1 when the function fails on the probes or no "
+        "known convention matches, 2 on a usage error.",
+    ),
+}
+
+
+def _add_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, run: Any
+) -> argparse.ArgumentParser:
+    """Register the sub-command ``name`` of IMPL (its one positional argument), run by ``run``."""
+    summary, description = _HELP[name]
+    p = sub.add_parser(name, help=summary, description=description)
+    p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
+    p.set_defaults(run=run)
+    return p
+
+
 def add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``sigma-ref check``."""
-    p = sub.add_parser(
-        "check",
-        help="run the conformance suite (spec/) on an implementation",
-        description="Run the conformance suite on IMPL (pkg.module:attr, a function or an Adapter) in a "
-        "child process. Exit code 0 when no property FAILs, 1 when one does or the implementation ends "
-        "the process, fails to import or hangs, 2 on a usage error; prints a one-screen summary. The "
-        f"whole run may take {RUN_LIMIT_FACTOR['dev']} times the per-call --timeout "
-        f"(at least {MIN_RUN_LIMIT:g} s).",
-    )
-    p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
+    p = _add_command(sub, "check", run_check)
     add_to_argparse(p, group="suite", skip=("impl",))
     p.add_argument(
         "--hypothesis-profile",
@@ -361,7 +381,6 @@ def add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_to_argparse(
         p.add_argument_group("scale-out (level 5, real torch.distributed processes)"), group="scale-out"
     )
-    p.set_defaults(run=run_check)
 
 
 def _detect_here(args: argparse.Namespace) -> int:
@@ -371,11 +390,12 @@ def _detect_here(args: argparse.Namespace) -> int:
     from .frameworks import on_framework
     from .guard import ImplementationError, set_timeout
 
-    if args.timeout is not None:
-        set_timeout(args.timeout)
+    options = SuiteOptions.from_argparse(args)
+    if options.timeout is not None:
+        set_timeout(options.timeout)
     _importable_cwd()
     try:
-        adapter = on_framework(load_adapter(args.impl, layout=args.layout), args.framework or "auto")
+        adapter = on_framework(load_adapter(args.impl, layout=options.layout), options.framework)
     except ValueError as exc:
         if isinstance(exc.__cause__, ImplementationError):
             print(f"FAIL: {exc}")
@@ -416,12 +436,7 @@ def _detect(args: argparse.Namespace) -> int:
             os._exit(code)
         return code
     argv = [sys.executable, "-m", "sigma_ref.cli", "detect", args.impl, "--in-process"]
-    if args.layout:
-        argv += ["--layout", args.layout]
-    if args.framework not in (None, "auto"):
-        argv += ["--framework", args.framework]
-    if args.timeout is not None:
-        argv += ["--timeout", repr(args.timeout)]
+    argv += SuiteOptions.from_argparse(args).argv(names=_DETECT_OPTIONS, prefix="--")
     sys.stdout.flush()
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # no __pycache__ beside the user's code
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
@@ -448,18 +463,12 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 _DETECT_DONE = "sigma-ref detect: done"
+#: ``detect``'s options (the table's, ``sigma_ref._options``): the few that probing reads.
+_DETECT_OPTIONS = ("layout", "framework", "timeout")
 
 
 def add_detect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``sigma-ref detect``."""
-    p = sub.add_parser(
-        "detect",
-        help="print the convention an implementation follows (probes)",
-        description="Probe IMPL with designed reward vectors (in a child process) and print the detected "
-        "convention. Exit code 0 when it matches a preset (or RLOO), 1 when the function fails on the "
-        "probes or no known convention matches, 2 on a usage error.",
-    )
-    p.add_argument("impl", help="pkg.module:attr of the advantage function or Adapter")
-    add_to_argparse(p, names=("layout", "framework", "timeout"))
+    p = _add_command(sub, "detect", _detect)
+    add_to_argparse(p, names=_DETECT_OPTIONS)
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
-    p.set_defaults(run=_detect)

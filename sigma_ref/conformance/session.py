@@ -10,8 +10,9 @@ import dataclasses
 import json
 import math
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._options import SuiteOptions
 from .._vocabulary import OUTCOMES, VERDICTS
 from ..objectives import resolve_declared_aggregation
 from .adapter import Adapter, check_call, load_adapter, oracle_adapter
@@ -23,45 +24,37 @@ from .losses import make_policy_loss
 from .precision import PRECISIONS
 from .reference import REFERENCE_NAMES, reference_for
 
-__all__ = ["build_context", "declare_objective", "Outcome", "summary", "report_dict"]
+if TYPE_CHECKING:
+    from .launch import ScaleoutOptions
+
+__all__ = [
+    "build_context",
+    "declare_objective",
+    "scaleout_options",
+    "SuiteOptions",
+    "Outcome",
+    "summary",
+    "report_dict",
+]
 
 #: The columns of the summary, in order.
 _COUNTED: tuple[str, ...] = OUTCOMES
 
 
 def build_context(
-    impl: str | Adapter | None = None,
-    *,
-    layout: str | None = None,
-    loss: str | None = None,
-    convention: str = "auto",
-    precision: str = "auto",
-    strict: bool = False,
-    output: str | None = None,
-    aggregation: str | None = None,
-    clip: str | tuple[float, float] | None = None,
-    aggregation_constant: float | None = None,
-    returns: str | None = None,
-    keep_metric: str | None = None,
-    objective: str | None = None,
-    dual_clip: float | None = None,
-    kl: str | None = None,
-    kl_coef: float | None = None,
-    kl_placement: str | None = None,
-    tis_cap: float | None = None,
-    tis_level: str | None = None,
-    tis_mode: str | None = None,
-    framework: str = "auto",
+    impl: str | Adapter | None = None, *, options: SuiteOptions | None = None, **overrides: Any
 ) -> Context:
     """The context for a run: the adapter, what it should compute, and the detection.
 
-    ``impl``: ``pkg.module:attr`` of a function or an :class:`Adapter`, or an
-    :class:`Adapter` itself; ``None`` tests the oracle itself (PAPER, index layout, the
-    token-mean reference loss). ``convention="auto"`` uses the adapter's declared convention if it has one,
-    else the detected one; a name (a preset or ``rloo``) fixes it. ``precision="auto"``
-    uses the adapter's declared working precision, else the detected one (``float64`` or
-    ``float32``). ``strict``: WARN verdicts count as FAIL. ``output`` (``--output
-    KEY|INDEX``): where the advantages are in the result. ``aggregation`` and ``clip``
+    ``options``: the run's :class:`~sigma_ref._options.SuiteOptions` (default: every option at its
+    default), with ``overrides`` (its fields by keyword: ``build_context(adapter, layout="index")``).
+    ``impl``, when given, is the implementation in place of ``options.impl``: ``pkg.module:attr`` of
+    a function or an :class:`Adapter`, or an :class:`Adapter` itself; ``None`` tests the oracle
+    itself (PAPER, index layout, the token-mean reference loss). ``convention="auto"`` uses the
+    adapter's declared convention if it has one, else the detected one; a name (a preset or
+    ``rloo``) fixes it. ``precision="auto"`` uses the adapter's declared working precision, else the
+    detected one (``float64`` or ``float32``). ``strict``: WARN verdicts count as FAIL. ``output``
+    (``--output KEY|INDEX``): where the advantages are in the result. ``aggregation`` and ``clip``
     (``"0.2"`` or ``"0.2,0.28"``) declare the loss's aggregation and PPO clip range, and
     ``aggregation_constant`` the ``C`` of seq-mean-token-sum-norm. ``returns`` (layout token:
     ``"advantages"``) and ``keep_metric`` (a keep-mask filter's ``"accuracy"`` or ``"reward"``)
@@ -73,65 +66,87 @@ def build_context(
     runs behind :func:`~.frameworks.on_framework`'s bridge. A call that does not
     fit the layout raises :class:`~.adapter.CallMismatch` (a ``ValueError``) before any
     property runs; a bad combination of options, a ``ValueError`` naming the options and the fix.
+    The level-5 options are :func:`scaleout_options`'.
+
+    >>> build_context(layout="index", convention="paper").reference.name
+    'paper'
     """
+    options = (options or SuiteOptions()).replace(**overrides)
+    adapter = _load(impl if impl is not None else options.impl, options)
+    _check_names(options)
+    adapter = _declare(adapter, options)
+    _check_calls(adapter)
+    return _judged_against(adapter, options)
+
+
+def _load(impl: str | Adapter | None, options: SuiteOptions) -> Adapter:
+    """The adapter of ``impl`` (the oracle's when ``None``), on its framework's bridge."""
     if impl is None:
-        adapter: Adapter = oracle_adapter("paper", layout=layout or "index").replace(
+        adapter: Adapter = oracle_adapter("paper", layout=options.layout or "index").replace(
             loss=make_policy_loss("token-mean")
         )
-        if loss is not None:
-            adapter = load_adapter(adapter, loss=loss)
+        if options.loss is not None:
+            adapter = load_adapter(adapter, loss=options.loss)
     else:
-        adapter = load_adapter(impl, layout=layout, loss=loss, output=output)
-    adapter = on_framework(adapter, framework)  # JAX code behind the bridge (frameworks.py)
+        adapter = load_adapter(impl, layout=options.layout, loss=options.loss, output=options.output)
+    return on_framework(adapter, options.framework)  # JAX code behind the bridge (frameworks.py)
+
+
+def _check_names(options: SuiteOptions) -> None:
+    """``--convention`` and ``--precision`` name a known one, or ``auto``."""
+    convention, precision = options.convention, options.precision
     if convention != "auto" and convention.lower() not in REFERENCE_NAMES:
         raise ValueError(f"--convention {convention!r} must be 'auto' or one of {', '.join(REFERENCE_NAMES)}")
     if precision != "auto" and precision not in PRECISIONS:
         raise ValueError(f"--precision {precision!r} must be 'auto' or one of {', '.join(PRECISIONS)}")
+
+
+def _declare(adapter: Adapter, options: SuiteOptions) -> Adapter:
+    """``adapter`` with the fields the options declare (each overrides the adapter's), and the
+    objective when one of its options is given (:func:`declare_objective`)."""
+    aggregation, constant = options.aggregation, options.aggregation_constant
     changes: dict[str, Any] = {}
     if aggregation is not None:
         changes["aggregation"] = aggregation
-        if (
-            aggregation_constant is None
-            and resolve_declared_aggregation(aggregation) != "seq-mean-token-sum-norm"
-        ):
+        if constant is None and resolve_declared_aggregation(aggregation) != "seq-mean-token-sum-norm":
             changes["aggregation_constant"] = None  # the adapter's C belonged to the mode replaced
-    if aggregation_constant is not None:
+    if constant is not None:
         mode = aggregation if aggregation is not None else adapter.aggregation
         if mode is None or resolve_declared_aggregation(mode) != "seq-mean-token-sum-norm":
             raise ValueError(
-                f"--aggregation-constant {aggregation_constant!r} is the C of seq-mean-token-sum-norm, but "
+                f"--aggregation-constant {constant!r} is the C of seq-mean-token-sum-norm, but "
                 f"the aggregation is {mode!r}: add --aggregation seq-mean-token-sum-norm (or dr_grpo), or "
                 "drop --aggregation-constant"
             )
-        changes["aggregation_constant"] = aggregation_constant
-    terms = (dual_clip, kl, kl_coef, kl_placement, tis_cap, tis_level, tis_mode)
-    declaring = objective is not None or any(v is not None for v in terms)
-    if clip is not None and not declaring:  # with an objective, its declaration sets the clip
-        changes["clip"] = _clip_range(clip)
-    if returns is not None:
-        changes["returns"] = returns
-    if keep_metric is not None:
-        changes["keep_metric"] = keep_metric
+        changes["aggregation_constant"] = constant
+    terms = options.objective_terms()
+    declaring = options.objective is not None or any(v is not None for v in terms.values())
+    if options.clip is not None and not declaring:  # with an objective, its declaration sets the clip
+        changes["clip"] = _clip_range(options.clip)
+    if options.returns is not None:
+        changes["returns"] = options.returns
+    if options.keep_metric is not None:
+        changes["keep_metric"] = options.keep_metric
     if changes:
         adapter = adapter.replace(**changes)
     if declaring:
-        adapter = declare_objective(
-            adapter,
-            objective,
-            clip=clip,
-            dual_clip=dual_clip,
-            kl=kl,
-            kl_coef=kl_coef,
-            kl_placement=kl_placement,
-            tis_cap=tis_cap,
-            tis_level=tis_level,
-            tis_mode=tis_mode,
-        )
-    check_call(adapter)  # fail fast: the first probe must fit the layout
-    if adapter.loss is not None:  # and the first loss probe the loss call
+        adapter = declare_objective(adapter, options.objective, clip=options.clip, **terms)
+    return adapter
+
+
+def _check_calls(adapter: Adapter) -> None:
+    """Fail fast: the first probe must fit the layout, and the first loss probe the loss call."""
+    check_call(adapter)
+    if adapter.loss is not None:
         from .inputs import check_loss_call
 
         check_loss_call(Context(adapter, reference_for("paper")))
+
+
+def _judged_against(adapter: Adapter, options: SuiteOptions) -> Context:
+    """The context: ``adapter`` with the reference it is judged against (declared, else detected)
+    and the working precision of the tolerances."""
+    convention, precision = options.convention, options.precision
     if adapter.layout == "keep-mask":  # a filter: no advantages to detect a convention from
         ref = reference_for("paper" if convention == "auto" else convention)
         return Context(adapter, ref, None, None, precision=precision if precision != "auto" else "float64")
@@ -139,6 +154,7 @@ def build_context(
     if precision == "auto":
         precision = adapter.precision or detection.precision
     declared: Any = convention if convention != "auto" else adapter.convention
+    strict = options.strict
     if declared is not None:
         # exactly as declared, a detected clamp is a deviation; a detected spread filter (groups whose
         # std is below a threshold treated as silent) is a data policy on top of the convention and is
@@ -148,6 +164,39 @@ def build_context(
             ref = dataclasses.replace(ref, silent_below=detection.silent_below)
         return Context(adapter, ref, detection, ref.name, precision=precision, strict=strict)
     return Context(adapter, detection.reference, detection, None, precision=precision, strict=strict)
+
+
+def scaleout_options(options: SuiteOptions) -> ScaleoutOptions | None:
+    """Level 5's options (:class:`~.launch.ScaleoutOptions`) from the run's, or ``None`` when neither
+    ``--world-size`` nor ``--micro-batches`` is given (then a level-5 option given alone is a
+    ``ValueError`` naming it). Each field of ``ScaleoutOptions`` is the option of its name
+    (:data:`SCALEOUT_FIELDS` for the two named otherwise); ``seed`` stays at its default.
+
+    >>> scaleout_options(SuiteOptions(world_size=2)).describe()
+    'W=2, M=1, whole-groups'
+    >>> scaleout_options(SuiteOptions()) is None
+    True
+    """
+    from .launch import LEVEL5_ONLY, ScaleoutOptions
+
+    if options.world_size is None and options.micro_batches is None:
+        for name in _LEVEL5_ONLY:
+            value = getattr(options, name.replace("-", "_"))
+            if value not in ("none", None):
+                raise ValueError(LEVEL5_ONLY.format(option=f"--{name} {value}"))
+        return None
+    taken = {f.name for f in dataclasses.fields(ScaleoutOptions)} - {"seed"}
+    values = {name: getattr(options, SCALEOUT_FIELDS.get(name, name)) for name in taken}
+    values["world_size"] = options.world_size or 1
+    values["micro_batches"] = tuple(options.micro_batches or (1,))
+    return ScaleoutOptions(**values)
+
+
+#: The fields of :class:`~.launch.ScaleoutOptions` that take an option of another name.
+SCALEOUT_FIELDS: dict[str, str] = {"timeout": "scaleout_timeout", "sizes": "split_sizes"}
+#: Level-5 options that mean nothing without ``--world-size`` or ``--micro-batches``, in the order
+#: a usage error names the first one given.
+_LEVEL5_ONLY: tuple[str, ...] = ("packing", "advantage-scale", "advantage-scaler")
 
 
 def _flag(name: str) -> str:
@@ -191,10 +240,9 @@ def declare_objective(
     >>> declare_objective(a.replace(aggregation="grpo"), "gspo", clip="0.2").objective.kind
     'gspo'
     """
-    from ..objectives import AGGREGATION_MODES, Objective
-    from .inputs import keyword_inputs
+    from ..objectives import Objective
 
-    given = {
+    terms = {
         "dual_clip": dual_clip,
         "kl": kl,
         "kl_coef": kl_coef,
@@ -203,10 +251,48 @@ def declare_objective(
         "tis_level": tis_level,
         "tis_mode": tis_mode,
     }
-    named = [_flag(k) for k, v in given.items() if v is not None]
-    if objective is None:
+    kind, aggregation = _declarable(adapter, objective, terms)
+    if clip is None:
         raise ValueError(
-            f"{', '.join(named)} declare a term of the loss's objective; add --objective ppo, gspo or cispo "
+            f"--objective {kind} needs --clip EPS_LOW[,EPS_HIGH] (its clip range, e.g. 0.2 or 0.2,0.28)"
+        )
+    eps_low, eps_high = _clip_range(clip, bounded=False)
+    _check_terms(adapter, kind, terms)
+    try:
+        declared = Objective(
+            kind,  # type: ignore[arg-type]  # checked by Objective
+            eps_low=eps_low,
+            eps_high=eps_high,
+            dual_clip=dual_clip,
+            kl=kl,  # type: ignore[arg-type]
+            kl_coef=kl_coef or 0.0,
+            kl_placement=kl_placement or "loss",  # type: ignore[arg-type]
+            tis_cap=tis_cap,
+            tis_level=tis_level or "token",  # type: ignore[arg-type]
+            tis_mode=tis_mode or "truncate",  # type: ignore[arg-type]
+            aggregation=aggregation,
+            constant=adapter.aggregation_constant,
+        )
+    except ValueError as exc:
+        raise ValueError(f"--objective {kind} --clip {clip}: {exc}") from None
+    adapter = adapter.replace(objective=declared)
+    if kind == "ppo":  # the same clip, read by loss_clipped_surrogate
+        if not (eps_low < 1 and eps_high < 1):
+            raise ValueError(f"--objective ppo --clip {clip}: each of EPS_LOW, EPS_HIGH must be in [0, 1)")
+        adapter = adapter.replace(clip=(eps_low, eps_high), dual_clip=dual_clip)
+    return adapter
+
+
+def _declarable(adapter: Adapter, objective: str | None, terms: dict[str, Any]) -> tuple[str, str]:
+    """``objective`` and the adapter's aggregation, once the adapter can take a declared objective:
+    ``--objective`` given with its terms, no objective of the adapter's own, a loss, and an
+    aggregation an objective is declared with."""
+    from ..objectives import AGGREGATION_MODES
+
+    if objective is None:
+        named = ", ".join(_flag(k) for k, v in terms.items() if v is not None)
+        raise ValueError(
+            f"{named} declare a term of the loss's objective; add --objective ppo, gspo or cispo "
             "(with --clip and --aggregation)"
         )
     if adapter.objective is not None:
@@ -228,11 +314,20 @@ def declare_objective(
             f"declared with one of {', '.join(AGGREGATION_MODES)}; drop --objective (prompt-mean is judged "
             "by the aggregation property and at level 5) or declare one of those modes"
         )
-    if clip is None:
-        raise ValueError(
-            f"--objective {objective} needs --clip EPS_LOW[,EPS_HIGH] (its clip range, e.g. 0.2 or 0.2,0.28)"
-        )
-    eps_low, eps_high = _clip_range(clip, bounded=False)
+    return objective, adapter.aggregation
+
+
+def _check_terms(adapter: Adapter, objective: str, terms: dict[str, Any]) -> None:
+    """The objective's terms: each with the options it needs, and a loss that takes their inputs."""
+    from .inputs import keyword_inputs
+
+    dual_clip, kl, kl_coef, kl_placement = (
+        terms["dual_clip"],
+        terms["kl"],
+        terms["kl_coef"],
+        terms["kl_placement"],
+    )
+    tis_cap, tis_level, tis_mode = terms["tis_cap"], terms["tis_level"], terms["tis_mode"]
     if dual_clip is not None and objective != "ppo":
         raise ValueError(f"--dual-clip {dual_clip:g} applies to --objective ppo only, not {objective}")
     if kl is None and (kl_coef is not None or kl_placement is not None):
@@ -244,8 +339,7 @@ def declare_objective(
         flag = "--tis-level" if tis_level is not None else "--tis-mode"
         raise ValueError(f"{flag} needs --tis-cap C (the cap of the importance weights, e.g. 2.0)")
     accepted = keyword_inputs(adapter.loss)
-    placement = kl_placement or "loss"
-    if kl is not None and placement == "loss" and "ref_logp" not in accepted:
+    if kl is not None and (kl_placement or "loss") == "loss" and "ref_logp" not in accepted:
         raise ValueError(
             f"--kl {kl} in the loss needs a loss that takes ref_logp= (the reference policy's log-probs); "
             "for a KL already in the rewards, add --kl-placement reward"
@@ -254,29 +348,6 @@ def declare_objective(
         raise ValueError(
             f"--tis-cap {tis_cap:g} needs a loss that takes rollout_logp= (the rollout engine's log-probs)"
         )
-    try:
-        declared = Objective(
-            objective,  # type: ignore[arg-type]  # checked by Objective
-            eps_low=eps_low,
-            eps_high=eps_high,
-            dual_clip=dual_clip,
-            kl=kl,  # type: ignore[arg-type]
-            kl_coef=kl_coef or 0.0,
-            kl_placement=placement,  # type: ignore[arg-type]
-            tis_cap=tis_cap,
-            tis_level=tis_level or "token",  # type: ignore[arg-type]
-            tis_mode=tis_mode or "truncate",  # type: ignore[arg-type]
-            aggregation=adapter.aggregation,
-            constant=adapter.aggregation_constant,
-        )
-    except ValueError as exc:
-        raise ValueError(f"--objective {objective} --clip {clip}: {exc}") from None
-    adapter = adapter.replace(objective=declared)
-    if objective == "ppo":  # the same clip, read by loss_clipped_surrogate
-        if not (eps_low < 1 and eps_high < 1):
-            raise ValueError(f"--objective ppo --clip {clip}: each of EPS_LOW, EPS_HIGH must be in [0, 1)")
-        adapter = adapter.replace(clip=(eps_low, eps_high), dual_clip=dual_clip)
-    return adapter
 
 
 def _clip_range(clip: str | tuple[float, float], *, bounded: bool = True) -> tuple[float, float]:
