@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._compare import mismatch_message
+from ._compare import find_mismatch
 from .conformance.diagnose import likely_cause
 from .conformance.reference import Reference, as_numpy, reference_for
 from .conventions import Convention
@@ -127,10 +127,10 @@ def assert_advantages_close(
     if rtol is None:
         rtol, atol = default_tolerance(actual.dtype if hasattr(actual, "dtype") else np.float64)
     assert atol is not None
-    found = mismatch_message(a, expected, rtol, atol)
+    found = find_mismatch(a, expected, rtol=rtol, atol=atol, noun="advantages")
     if found is None:
         return
-    msg = found[0] + ctx
+    msg = found.render() + ctx
     cause = likely_cause(a, r, idx, ref)
     if cause:
         msg += f". Possible cause (from this input alone): {cause}"

@@ -18,7 +18,7 @@ import torch
 from hypothesis import strategies as st
 
 from sigma_ref import strategies as sst
-from sigma_ref._compare import mismatch_message
+from sigma_ref._compare import find_mismatch
 from sigma_ref.conformance.adapter import TOKEN_T, Batch, array_text, token_lengths
 from sigma_ref.conformance.core import (
     Context,
@@ -70,7 +70,13 @@ def test_group_centering(ctx: Context, batch: Batch, p: Any) -> None:
     bad = np.abs(sums) > slack
     if bad.any():
         j = int(np.argmax(bad))
-        ctx.fail(f"sum of advantages in group {j}: actual={sums[j]:.6g}, but should be 0", batch, a)
+        ctx.fail(
+            f"sum of advantages in group {j}: actual={sums[j]:.6g}, but should be 0",
+            batch,
+            a,
+            kind="value",
+            facts={"group": j, "actual": float(sums[j]), "expected": 0.0},
+        )
 
 
 def _permute_within(batch: Batch, rng: np.random.Generator) -> np.ndarray:
@@ -124,10 +130,14 @@ def test_group_independence(ctx: Context, ex: tuple[Batch, int], p: Any) -> None
     a, b = ctx.flat(batch), ctx.flat(changed)
     others = ~member
     tol = (ctx.tolerance(batch) + ctx.tolerance(changed))[others]
-    found = mismatch_message(b[others], a[others], 0.0, tol)
+    found = find_mismatch(b[others], a[others], rtol=0.0, atol=tol, noun="advantages")
     if found:
         ctx.fail(
-            f"changing the rewards of group {j} changed other groups' advantages: {found[0]}", changed, b
+            f"changing the rewards of group {j} changed other groups' advantages: {found.render()}",
+            changed,
+            b,
+            kind="mismatch",
+            mismatch=found,
         )
 
 
@@ -210,6 +220,8 @@ def test_binary_two_valued(ctx: Context, batch: Batch, p: Any) -> None:
                 f"{name} takes {spread.max():.3g} different values within a group, but should be one value",
                 batch,
                 a,
+                kind="value",
+                facts={"side": name, "spread": float(spread.max())},
             )
     ctx.compare(
         "two-valued advantages (A+ = sqrt((G-k)/k) sigma/d, A- = -sqrt(k/(G-k)) sigma/d)", batch, a, e
@@ -301,19 +313,22 @@ def test_partial_trailing_group(ctx: Context, ex: tuple[np.ndarray, int], p: Any
                 call,
                 cause=f"the last {n % G} responses are dropped or mixed into another group",
                 confirmed=True,
+                kind="shape",
             )
         )
     a = flat.detach().to("cpu", torch.float64).numpy()
     expected = ctx.expected(batch)
-    found = mismatch_message(a, expected, 0.0, ctx.tolerance(batch, expected))
+    found = find_mismatch(a, expected, rtol=0.0, atol=ctx.tolerance(batch, expected), noun="advantages")
     if found is not None:
         raise PropertyFailure(
             Finding(
                 f"N = {n} rewards with G = {G}: a trailing partial group of {n % G} was neither refused nor "
-                f"treated as its own group: {found[0]}",
+                f"treated as its own group: {found.render()}",
                 call,
                 ctx.reference.name,
                 *_partial_cause(ctx, a, rewards, G),
+                kind="mismatch",
+                mismatch=found,
             )
         )
 
@@ -325,7 +340,7 @@ def _partial_cause(ctx: Context, a: np.ndarray, rewards: np.ndarray, G: int) -> 
     n = rewards.shape[0]
     whole = Batch(rewards, np.zeros(n, dtype=np.int64))
     one = ctx.expected(whole)
-    if mismatch_message(a, one, 0.0, ctx.tolerance(whole, one)) is None:
+    if find_mismatch(a, one, rtol=0.0, atol=ctx.tolerance(whole, one), noun="advantages") is None:
         return (
             f"N = {n} is not a multiple of G = {G}, and the code then normalises the whole batch as one "
             "group (its values equal the oracle's over all N rewards at once); raise, or group the "
@@ -335,7 +350,11 @@ def _partial_cause(ctx: Context, a: np.ndarray, rewards: np.ndarray, G: int) -> 
     full = n - n % G
     head = Batch(rewards[:full], np.arange(full) // G)
     exp_head = ctx.expected(head)
-    if full and mismatch_message(a[:full], exp_head, 0.0, ctx.tolerance(head, exp_head)) is None:
+    if (
+        full
+        and find_mismatch(a[:full], exp_head, rtol=0.0, atol=ctx.tolerance(head, exp_head), noun="advantages")
+        is None
+    ):
         return (
             f"the {full // G} full groups are right and only the last {n % G} responses are off: the "
             "trailing group is computed from missing or padded entries, or with the nominal group size "
@@ -367,7 +386,7 @@ def test_token_reward_position(ctx: Context, batch: Batch, p: Any) -> None:
     a = at_last(adv, lengths)
     expected = ctx.expected(batch)
     tol = ctx.tolerance(batch, expected)
-    found = mismatch_message(a, expected, 0.0, tol)
+    found = find_mismatch(a, expected, rtol=0.0, atol=tol, noun="advantages")
     if found is None:
         return
     L = lengths.numpy().astype(np.float64)
@@ -384,16 +403,21 @@ def test_token_reward_position(ctx: Context, batch: Batch, p: Any) -> None:
     }
     cause = None
     for words, read in readings.items():
-        if mismatch_message(a, ctx.expected(batch.with_rewards(read)), 0.0, tol) is None:
+        if (
+            find_mismatch(a, ctx.expected(batch.with_rewards(read)), rtol=0.0, atol=tol, noun="advantages")
+            is None
+        ):
             cause = words
             break
     raise PropertyFailure(
         Finding(
-            f"advantage at the last valid token: {found[0]}",
+            f"advantage at the last valid token: {found.render()}",
             token_repr(ctx, batch, lengths),
             ctx.reference.name,
             cause,
             confirmed=cause is not None,
+            kind="mismatch",
+            mismatch=found,
         )
     )
 
@@ -445,12 +469,13 @@ def test_uneven_group_sizes(ctx: Context, ex: Batch, p: Any) -> None:
                     f"the code takes group_sizes[0] = {sizes[0]} for every group (a view(-1, G)), which "
                     f"cannot reshape N = {batch.n}: split by the sizes (torch.split(rewards, group_sizes))",
                     confirmed=True,
+                    kind="raised",
                 )
             ) from None
         raise
     expected = ctx.expected(batch)
     tol = ctx.tolerance(batch, expected)
-    found = mismatch_message(a, expected, 0.0, tol)
+    found = find_mismatch(a, expected, rtol=0.0, atol=tol, noun="advantages")
     if found is None:
         return
     starts = np.cumsum([0, *sizes[:-1]])
@@ -471,13 +496,22 @@ def test_uneven_group_sizes(ctx: Context, ex: Batch, p: Any) -> None:
             f"every group is taken to have group_sizes[0] = {sizes[0]} members (a view(-1, G)): the runs "
             f"after the first uneven group are regrouped; split by the sizes {sizes}"
         ] = ctx.expected(equal)
-    cause = next((w for w, v in readings.items() if mismatch_message(a, v, 0.0, tol) is None), None)
+    cause = next(
+        (
+            w
+            for w, v in readings.items()
+            if find_mismatch(a, v, rtol=0.0, atol=tol, noun="advantages") is None
+        ),
+        None,
+    )
     raise PropertyFailure(
         Finding(
-            f"advantages of uneven groups {sizes}: {found[0]}",
+            f"advantages of uneven groups {sizes}: {found.render()}",
             call,
             ctx.reference.name,
             cause,
             confirmed=cause is not None,
+            kind="mismatch",
+            mismatch=found,
         )
     )

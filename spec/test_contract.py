@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sigma_ref._compare import mismatch_message
+from sigma_ref._compare import find_mismatch
 from sigma_ref.conformance.adapter import Adapter, Batch, token_lengths
 from sigma_ref.conformance.core import (
     DTYPES,
@@ -54,6 +54,7 @@ def test_output_shape(ctx: Context, batch: Batch, p: Any) -> None:
             f"type(out)={type(out).__name__}, but should be torch.Tensor",
             batch,
             cause="return a torch.Tensor like the rewards",
+            kind="shape",
         )
     if tuple(out.shape) != shape:
         cause = None
@@ -61,7 +62,7 @@ def test_output_shape(ctx: Context, batch: Batch, p: Any) -> None:
             cause = (
                 f"{batch.n - out.numel()} advantages are missing: a group was dropped (often the last one)"
             )
-        ctx.fail(f"out.shape={tuple(out.shape)}, but should be {shape}", batch, cause=cause)
+        ctx.fail(f"out.shape={tuple(out.shape)}, but should be {shape}", batch, cause=cause, kind="shape")
 
 
 def _dtype_params(adapter: Adapter) -> Sequence[Any]:
@@ -90,6 +91,8 @@ def test_output_dtype(ctx: Context, batch: Batch, dtype_name: str) -> None:
                 else ""
             ),
             verdict="WARN" if floating else "FAIL",
+            kind="dtype",
+            facts={"dtype": str(got), "expected": str(dtype)},
         )
 
 
@@ -106,6 +109,7 @@ def test_output_device(ctx: Context, batch: Batch, p: Any) -> None:
             batch,
             cause="the result moves to another device; keep it on rewards.device",
             verdict="WARN",
+            kind="device",
         )
 
 
@@ -128,12 +132,16 @@ def test_input_not_mutated(ctx: Context, batch: Batch, p: Any) -> None:
             f"{float(before[changed]):g} (unchanged)",
             batch,
             cause="the implementation modifies rewards in place (e.g. rewards.sub_(mean)); work on a copy",
+            kind="mutated",
+            facts={"input": "rewards", "index": changed},
         )
     if not np.array_equal(probe.index, index_before):
         ctx.fail(
             "index changed during the call, but should be unchanged",
             batch,
             cause="the implementation modifies the group index in place",
+            kind="mutated",
+            facts={"input": "index"},
         )
 
 
@@ -152,6 +160,8 @@ def test_deterministic(ctx: Context, batch: Batch, p: Any) -> None:
             f"second call gave actual={b[i]:.17g}, but should be {a[i]:.17g} (the first call's) at index {i}",
             batch,
             cause="the result depends on randomness or state (e.g. noise added to break ties)",
+            kind="nondeterministic",
+            facts={"index": i},
         )
 
 
@@ -165,7 +175,7 @@ def test_finite_output(ctx: Context, batch: Batch, p: Any) -> None:
     a = ctx.flat(batch)
     if not np.isfinite(a).all():
         i = int(np.argmax(~np.isfinite(a)))
-        ctx.fail(f"out[{i}]={a[i]}, but should be finite", batch, a)
+        ctx.fail(f"out[{i}]={a[i]}, but should be finite", batch, a, kind="not-finite", facts={"index": i})
 
 
 @conformance_property(
@@ -186,6 +196,7 @@ def test_output_detached(ctx: Context, batch: Batch, p: Any) -> None:
             ".detach() them, so the policy loss treats them as constants (hygiene: a trainer that "
             "calls it under no_grad or on rewards without grad is unaffected)",
             verdict="WARN",
+            kind="requires-grad",
         )
 
 
@@ -211,6 +222,7 @@ def test_rejects_malformed(ctx: Context, batch: Batch, p: Any) -> None:
             "or stay within its group",
             bad,
             cause="a NaN in one group contaminates the batch statistics",
+            kind="not-finite",
         )
 
 
@@ -239,11 +251,15 @@ def test_token_broadcast(ctx: Context, batch: Batch, p: Any) -> None:
                     call,
                     cause=f"the implementation modifies {name} in place; work on a copy",
                     confirmed=True,
+                    kind="mutated",
+                    facts={"input": name},
                 )
             )
     if not isinstance(adv_raw, torch.Tensor) or tuple(adv_raw.shape) != tuple(given[0].shape):
         got = tuple(adv_raw.shape) if hasattr(adv_raw, "shape") else type(adv_raw).__name__
-        raise PropertyFailure(Finding(f"advantages.shape={got}, but should be {tuple(given[0].shape)}", call))
+        raise PropertyFailure(
+            Finding(f"advantages.shape={got}, but should be {tuple(given[0].shape)}", call, kind="shape")
+        )
     adv = adv_raw.detach().to("cpu", torch.float64).numpy()
     valid = given[1].numpy() > 0
     row = at_last(adv, lengths)
@@ -260,6 +276,8 @@ def test_token_broadcast(ctx: Context, batch: Batch, p: Any) -> None:
                 if leaked
                 else "padding tokens get non-zero advantages",
                 confirmed=leaked,
+                kind="value",
+                facts={"index": [i, t], "actual": float(adv[i, t]), "expected": 0.0},
             )
         )
     scale = np.maximum(np.abs(row), 1.0)[:, None]
@@ -275,6 +293,8 @@ def test_token_broadcast(ctx: Context, batch: Batch, p: Any) -> None:
                 cause="the advantage is not broadcast over the response: an outcome estimator gives every "
                 "valid token the same value",
                 confirmed=True,
+                kind="value",
+                facts={"index": [i, t], "actual": float(adv[i, t]), "expected": float(row[i])},
             )
         )
 
@@ -304,19 +324,24 @@ def test_token_returns(ctx: Context, batch: Batch, p: Any) -> None:
                 call,
                 cause="return (advantages, returns) or a dict with 'returns'",
                 confirmed=True,
+                kind="shape",
             )
         )
     if not isinstance(second, torch.Tensor) or tuple(second.shape) != adv.shape:
         got = tuple(second.shape) if hasattr(second, "shape") else type(second).__name__
-        raise PropertyFailure(Finding(f"returns.shape={got}, but should be {adv.shape}", call))
+        raise PropertyFailure(Finding(f"returns.shape={got}, but should be {adv.shape}", call, kind="shape"))
     ret = second.detach().to("cpu", torch.float64).numpy()
-    found = mismatch_message(ret.reshape(-1), adv.reshape(-1), 0.0, np.zeros(adv.size))
+    found = find_mismatch(
+        ret.reshape(-1), adv.reshape(-1), rtol=0.0, atol=np.zeros(adv.size), noun="advantages"
+    )
     if found is not None:
         raise PropertyFailure(
             Finding(
-                f"returns vs advantages: {found[0]}",
+                f"returns vs advantages: {found.render()}",
                 call,
                 cause="an outcome estimator's returns are its advantages (verl: return scores, scores)",
                 confirmed=True,
+                kind="mismatch",
+                mismatch=found,
             )
         )

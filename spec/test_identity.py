@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from sigma_ref import strategies as sst
 from sigma_ref._aggregation import PROMPT_MEAN
-from sigma_ref._compare import mismatch_message
+from sigma_ref._compare import find_mismatch
 from sigma_ref.conformance.adapter import Batch
 from sigma_ref.conformance.core import (
     Context,
@@ -97,14 +97,22 @@ def test_advantage_identity(ctx: Context, ex: tuple[Batch, np.ndarray], p: Any) 
     batch, scores = ex
     a = ctx.flat(batch)
     if not np.isfinite(a).all():
-        ctx.fail("the update is undefined: advantages hold NaN or infinity", batch, a)
+        ctx.fail("the update is undefined: advantages hold NaN or infinity", batch, a, kind="not-finite")
     g = as_numpy(policy_gradient(a, scores, index=batch.index))
     pred = _prediction(ctx, batch, scores)
     # |g - pred| <= (1/G) sum_i tol_i |s_i|: the advantages' tolerance carried through the sum
     tol = as_numpy(policy_gradient(ctx.tolerance(batch), np.abs(scores), index=batch.index))
-    found = mismatch_message(g.reshape(-1), pred.reshape(-1), 0.0, tol.reshape(-1) + 1e-300)
+    found = find_mismatch(
+        g.reshape(-1), pred.reshape(-1), rtol=0.0, atol=tol.reshape(-1) + 1e-300, noun="update entries"
+    )
     if found:
-        ctx.fail(f"update g = (1/G) sum A_i s_i vs (sigma^2/d)(s+ - s-): {found[0]}", batch, a)
+        ctx.fail(
+            f"update g = (1/G) sum A_i s_i vs (sigma^2/d)(s+ - s-): {found.render()}",
+            batch,
+            a,
+            kind="mismatch",
+            mismatch=found,
+        )
 
 
 @conformance_property(
@@ -127,7 +135,8 @@ def test_convention_detected(ctx: Context, ex: Any, p: Any) -> None:
         facts.append("probes: " + "; ".join(det.notes))
     if ctx.adapter.loss is not None:
         facts.append(loss_precision(ctx).describe())
-    raise PropertyFailure(Finding("; ".join(facts)), verdict="NOTE")
+    detected = {"convention": det.summary(), "preset": det.preset, "precision": ctx.precision}
+    raise PropertyFailure(Finding("; ".join(facts), kind="convention", facts=detected), verdict="NOTE")
 
 
 def _token_weights(
@@ -177,6 +186,7 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
             "the loss gradient at ratio 1 is 0 for every token, but should be the policy gradient",
             batch,
             cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
+            kind="value",
         )
     logp = pol.logp()
     g_idx = torch.from_numpy(groups_of(batch))
@@ -207,14 +217,19 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
     carried = as_numpy(policy_gradient(ctx.tolerance(batch), np.abs(sc), index=batch.index))
     terms = as_numpy(policy_gradient(np.abs(a.numpy()), np.abs(sc), index=batch.index))
     tol = carried + SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms
-    found = mismatch_message(got.reshape(-1), pred.reshape(-1), 0.0, tol.reshape(-1) + 1e-300)
+    found = find_mismatch(
+        got.reshape(-1), pred.reshape(-1), rtol=0.0, atol=tol.reshape(-1) + 1e-300, noun="gradient entries"
+    )
     if found:
         loss_tol = (SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms).reshape(-1) + 1e-300
         if not np.any(got):
             cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
         elif (precision := precision_cause(ctx)) is not None:
             cause = precision
-        elif mismatch_message(got.reshape(-1), own.reshape(-1), 0.0, loss_tol) is None:
+        elif (
+            find_mismatch(got.reshape(-1), own.reshape(-1), rtol=0.0, atol=loss_tol, noun="gradient entries")
+            is None
+        ):
             cause = (
                 "the loss is a correct weighted policy gradient of the advantages it is given; the "
                 "advantages themselves differ from the convention (see test_advantage_values)"
@@ -224,7 +239,13 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
                 "the loss's gradient for one group's advantages is not (1/G) sum_i A_i s_i with the "
                 "loss's own per-token weights: it is not linear in the advantages, or it mixes groups"
             )
-        ctx.fail(f"per-group gradient -dL/dtheta vs (sigma^2/d)(s+ - s-): {found[0]}", batch, cause=cause)
+        ctx.fail(
+            f"per-group gradient -dL/dtheta vs (sigma^2/d)(s+ - s-): {found.render()}",
+            batch,
+            cause=cause,
+            kind="mismatch",
+            mismatch=found,
+        )
 
 
 #: The log-ratio of the sign probe: ratio exp(0.05) ~ 1.051, inside every clip range trainers use.
@@ -280,6 +301,7 @@ def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) ->
             "dL/dlogp = 0 at ratio 1 for advantage 1, but should be < 0 on every response token",
             batch,
             cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
+            kind="value",
         )
     u_loss = _loss_unit(ctx, pol, batch)
     floor = SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * float(w.abs().max())
@@ -289,6 +311,7 @@ def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) ->
             "(minimising the loss must raise log pi of responses with positive advantage)",
             batch,
             cause=_sign_cause(ctx, pol, batch, w),
+            kind="value",
         )
     adv = torch.linspace(-1.5, 2.0, batch.n, dtype=torch.float64)
     w_adv = -_token_weights(ctx, pol, batch, adv)
@@ -298,6 +321,7 @@ def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) ->
             "dL/dlogp_it at ratio 1 is not -w_it A_i with weights w independent of the advantages",
             batch,
             cause=precision_cause(ctx) or "the loss re-normalises or clips the advantages at ratio 1",
+            kind="value",
         )
 
 
@@ -319,6 +343,8 @@ def test_loss_ignores_padding(ctx: Context, ex: tuple[Batch, int], p: Any) -> No
             f"dL/dlogp[{i}, {t}]={float(grad[i, t]):.4g} at a padding token (mask=0), but should be 0",
             batch,
             cause="the loss averages over padding tokens: multiply by the mask before reducing",
+            kind="value",
+            facts={"index": [i, t], "actual": float(grad[i, t]), "expected": 0.0},
         )
 
 
@@ -356,11 +382,20 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
     seen = "unrecognised weights" if found is None else found[0] + (f", C = {found[1]:g}" if found[1] else "")
     declared = ctx.adapter.aggregation
     if declared is None and precision_cause(ctx) is not None:
-        raise PropertyFailure(Finding(f"aggregation not read: {precision_cause(ctx)}"), verdict="NOTE")
+        raise PropertyFailure(
+            Finding(f"aggregation not read: {precision_cause(ctx)}", kind="precision"), verdict="NOTE"
+        )
     if declared is None:
         raise PropertyFailure(
             Finding(
-                f"aggregation: {seen} [detected from dL/dlogp at ratio 1, lengths {lengths}, T = {POLICY_T}]"
+                f"aggregation: {seen} [detected from dL/dlogp at ratio 1, lengths {lengths}, T = {POLICY_T}]",
+                kind="aggregation",
+                facts={
+                    "aggregation": None if found is None else found[0],
+                    "constant": None if found is None else found[1],
+                    "how": "detected",
+                    "lengths": lengths,
+                },
             ),
             verdict="NOTE",
         )
@@ -371,7 +406,10 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
         else aggregation_weights(pol.mask, declared, constant=ctx.adapter.aggregation_constant)
     )
     if torch.allclose(w, expected, rtol=rtol, atol=rtol * float(expected.abs().max())):
-        raise PropertyFailure(Finding(f"aggregation: {mode} [declared, measured]"), "NOTE")
+        measured = {"aggregation": mode, "constant": None, "how": "declared", "lengths": lengths}
+        raise PropertyFailure(
+            Finding(f"aggregation: {mode} [declared, measured]", kind="aggregation", facts=measured), "NOTE"
+        )
     i = int(torch.argmax((w - expected).abs().sum(-1)))
     cause = f"the loss applies {seen} weights"
     rounding = precision_cause(ctx)
@@ -405,6 +443,8 @@ def test_loss_aggregation(ctx: Context, ex: tuple[Batch, int], p: Any) -> None:
             cause=cause,
             # the measured weights show it, or the precision probe does
             confirmed=found is not None or named is not None or rounding is not None,
+            kind="value",
+            facts={"declared": mode, "measured": None if found is None else found[0], "row": i},
         )
     )
 
@@ -516,6 +556,7 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
                 cause="a clip or cap acts at ratio 1 for this sign of the advantage (e.g. a dual clip "
                 "applied to A > 0, where it belongs to A < 0 only)",
                 confirmed=True,
+                kind="value",
             )
         )
     r = _RATIOS
@@ -526,14 +567,18 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
     low = _bound(~zero[1, r < 1.5], r[r < 1.5], upper=False)
     dual = _bound(~zero[1, r > 1.5], r[r > 1.5], upper=True)
     if declared is None and precision_cause(ctx) is not None:
-        raise PropertyFailure(Finding(f"clip range not read: {precision_cause(ctx)}"), verdict="NOTE")
+        raise PropertyFailure(
+            Finding(f"clip range not read: {precision_cause(ctx)}", kind="precision"), verdict="NOTE"
+        )
     if declared is None and (
         (high is not None and high < 1) or (low is not None and low > 1) or (dual or 2) <= 1
     ):
         raise PropertyFailure(
             Finding(
                 f"the loss's gradient at ratios 0.5 to 4 is not a PPO clip (zero above {high} for A > 0, "
-                f"below {low} for A < 0): another objective; declare it (Adapter(objective=...)) to check it"
+                f"below {low} for A < 0): another objective; declare it (Adapter(objective=...)) to check it",
+                kind="clip",
+                facts={"ppo": False, "upper": high, "lower": low},
             ),
             verdict="NOTE",
         )
@@ -568,7 +613,17 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
         + (f", dual clip {obj.dual_clip:g}" if obj.dual_clip else "")
     )
     if not bool(bad.any()):
-        raise PropertyFailure(Finding(f"PPO surrogate at ratios 0.5 to 4: {summary} [{how}]"), verdict="NOTE")
+        clip = {
+            "ppo": True,
+            "lower": 1 - eps_low if low is not None or declared else None,
+            "upper": 1 + eps_high if high is not None or declared else None,
+            "dual_clip": obj.dual_clip or None,
+            "how": how,
+        }
+        raise PropertyFailure(
+            Finding(f"PPO surrogate at ratios 0.5 to 4: {summary} [{how}]", kind="clip", facts=clip),
+            verdict="NOTE",
+        )
     row, t = (int(v) for v in torch.nonzero(bad)[0])
     sign = "A > 0" if row == 0 else "A < 0"
     if declared is None:  # not PPO's clipped surrogate, and nothing was declared: a fact, not a verdict
@@ -576,7 +631,9 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
             Finding(
                 f"at ratio {float(r[t]):.3g} with {sign} dL/dlogp = {float(g[row, t]):.6g}, where a PPO clip "
                 f"{summary} would give {float(pred[row, t]):.6g}: the loss is another objective (CISPO, a "
-                "soft gate, importance weights); declare it (--clip, or Adapter(objective=...)) to check it"
+                "soft gate, importance weights); declare it (--clip, or Adapter(objective=...)) to check it",
+                kind="clip",
+                facts={"ppo": False, "upper": high, "lower": low, "dual_clip": dual},
             ),
             verdict="NOTE",
         )
@@ -594,6 +651,8 @@ def test_loss_clipped_surrogate(ctx: Context, ex: Any, p: Any) -> None:
             "loss(logp=0, old_logp=-log r, advantages=[+1, -1], mask=1) with r on a grid from 0.5 to 4",
             cause=cause,
             confirmed=rounding is not None,  # the precision probe confirmed it
+            kind="value",
+            facts={"ratio": float(r[t]), "actual": float(g[row, t]), "expected": float(pred[row, t])},
         )
     )
 
@@ -747,7 +806,7 @@ class _Alternative:
     sign ``kl_sign`` and, where given, importance weights ``rho`` of the code's own making, or its
     gradient ``terms`` outright (where no weight expresses it)."""
 
-    what: str
+    cause: str
     objective: Objective
     kl_sign: float = 1.0
     rho: torch.Tensor | None = None
@@ -1009,7 +1068,11 @@ def _objective_gradient(
         out = out[0]
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
         raise PropertyFailure(
-            f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor",
+            Finding(
+                f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, "
+                "but should be a scalar Tensor",
+                kind="shape",
+            )
         )
     (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
     return (torch.zeros_like(leaf) if grad is None else grad.detach()), out.dtype
@@ -1151,7 +1214,7 @@ def _objective_note(ctx: Context, p: Any) -> None:
             "; k3-is in the loss: r k3 with the ratio in the graph, slope r delta, whose expectation under "
             "pi_old is the reverse KL's gradient at any ratio (proofs/11_objectives.py §5)"
         )
-    raise PropertyFailure(Finding(text), verdict="NOTE")
+    raise PropertyFailure(Finding(text, kind="objective", facts={"objective": str(obj)}), verdict="NOTE")
 
 
 @conformance_property(
@@ -1204,7 +1267,9 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
         ),
         None,
     )
-    cause = found.what if found is not None else precision_cause(ctx) or _term_probes(ctx, obj, x, g, u, call)
+    cause = (
+        found.cause if found is not None else precision_cause(ctx) or _term_probes(ctx, obj, x, g, u, call)
+    )
     terms = _objective_terms(obj, x)
     pred = terms["policy"] + terms["kl"]
     diff = (g - pred).abs().nan_to_num(nan=math.inf)
@@ -1222,5 +1287,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
             call,
             cause=cause,
             confirmed=cause is not None,
+            kind="value",
+            facts={"index": [i, t], "actual": float(g[i, t]), "expected": float(pred[i, t]), "ratio": ratio},
         )
     )

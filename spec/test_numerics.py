@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sigma_ref._compare import mismatch_message
+from sigma_ref._compare import find_mismatch
 from sigma_ref.advantages import dapo_keep_mask
 from sigma_ref.conformance.adapter import Batch
 from sigma_ref.conformance.core import (
@@ -48,9 +48,11 @@ def _dtype_accuracy(ctx: Context, batch: Batch, dtype_name: str) -> None:
     try:
         a = ctx.adapter.flat(out).detach().to("cpu", torch.float64).numpy()
     except TypeError as exc:
-        ctx.fail(str(exc), rounded)
+        ctx.fail(str(exc), rounded, kind="shape")
     expected = ctx.expected(rounded)
-    found = mismatch_message(a, expected, 0.0, ctx.tolerance(rounded, expected, dtype=dtype))
+    found = find_mismatch(
+        a, expected, rtol=0.0, atol=ctx.tolerance(rounded, expected, dtype=dtype), noun="advantages"
+    )
     if found is None:
         return
     cause, confirmed = diagnose_mismatch(ctx, rounded, a)
@@ -61,7 +63,10 @@ def _dtype_accuracy(ctx: Context, batch: Batch, dtype_name: str) -> None:
             wide = None
         if (
             wide is not None
-            and mismatch_message(wide, expected, 0.0, ctx.tolerance(rounded, expected)) is None
+            and find_mismatch(
+                wide, expected, rtol=0.0, atol=ctx.tolerance(rounded, expected), noun="advantages"
+            )
+            is None
         ):
             cause, confirmed = (
                 f"correct in float64 but not in {dtype_name}: the statistics lose range or precision "
@@ -72,10 +77,13 @@ def _dtype_accuracy(ctx: Context, batch: Batch, dtype_name: str) -> None:
     work = coarser(ctx.precision, dtype_name)
     ctx.fail(
         f"{dtype_name} advantages (working precision {work}, tolerance from its unit roundoff and each "
-        f"group's condition number): {found[0]}",
+        f"group's condition number): {found.render()}",
         rounded,
         cause=cause,
         confirmed=confirmed,
+        kind="mismatch",
+        mismatch=found,
+        facts={"dtype": dtype_name, "precision": work},
     )
 
 
@@ -153,6 +161,8 @@ def test_half_precision_range(ctx: Context, ex: tuple[Batch, str], p: Any) -> No
             batch,
             cause="the variance overflows in half precision (squares of 1024 exceed float16's 65504): "
             "compute the statistics in float32 and cast back",
+            kind="not-finite",
+            facts={"dtype": dtype_name},
         )
     if ((a == 0) & (ctx.expected(batch) != 0)).all():
         ctx.fail(
@@ -161,6 +171,8 @@ def test_half_precision_range(ctx: Context, ex: tuple[Batch, str], p: Any) -> No
             batch,
             cause="the variance overflows in half precision (squares of 1024 exceed float16's 65504) "
             "and the inf/NaN std is masked to 0: compute the statistics in float32 and cast back",
+            kind="value",
+            facts={"dtype": dtype_name},
         )
     _dtype_accuracy(ctx, batch, dtype_name)
 
@@ -197,6 +209,8 @@ def test_half_precision_silent(ctx: Context, ex: tuple[Batch, str], p: Any) -> N
             if 0 < eps < 6e-8 and dtype_name == "float16"
             else "silent groups are not guarded in this dtype",
             confirmed=0 < eps < 6e-8 and dtype_name == "float16",
+            kind="value",
+            facts={"dtype": dtype_name, "index": i, "actual": float(a[i]), "expected": 0.0},
         )
 
 
@@ -239,6 +253,7 @@ def test_cuda_device(ctx: Context, batch: Batch, p: Any) -> None:
             f"out.device={getattr(out, 'device', None)}, but should be cuda",
             batch,
             cause="the result moves to the CPU; keep it on rewards.device",
+            kind="device",
         )
     a = out.detach().to("cpu", torch.float64).numpy().reshape(-1)
     ctx.compare("advantages on CUDA", batch, a, ctx.expected(batch))

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from sigma_ref._compare import mismatch_message
+from sigma_ref._compare import find_mismatch
 from sigma_ref.advantages import dapo_keep_mask
 from sigma_ref.conformance.adapter import ACCURACY_THRESHOLD, Batch, detect_keep_metric, token_lengths
 from sigma_ref.conformance.core import (
@@ -59,7 +59,11 @@ def test_silent_group_zero(ctx: Context, batch: Batch, p: Any) -> None:
     if bad.any():
         i = int(np.argmax(bad))
         ctx.fail(
-            f"out[{i}]={a[i]} in a silent group (all rewards {batch.rewards[i]:g}), but should be 0", batch, a
+            f"out[{i}]={a[i]} in a silent group (all rewards {batch.rewards[i]:g}), but should be 0",
+            batch,
+            a,
+            kind="value",
+            facts={"index": i, "actual": float(a[i]), "expected": 0.0},
         )
 
 
@@ -122,6 +126,8 @@ def test_non_dyadic_silent_group(ctx: Context, batch: Batch, p: Any) -> None:
         a if not confirmed else None,
         cause=_residue_cause(ctx) if confirmed else None,
         verdict="FAIL" if big else "WARN",
+        kind="value",
+        facts={"index": i, "actual": float(a[i]), "expected": 0.0},
     )
 
 
@@ -134,7 +140,9 @@ def _right_on_live_groups(ctx: Context, batch: Batch) -> bool:
     except PropertyFailure:
         return False
     expected = ctx.expected(live)
-    return mismatch_message(got, expected, 0.0, ctx.tolerance(live, expected)) is None
+    return (
+        find_mismatch(got, expected, rtol=0.0, atol=ctx.tolerance(live, expected), noun="advantages") is None
+    )
 
 
 def _residue_cause(ctx: Context) -> str:
@@ -193,6 +201,8 @@ def test_all_silent_batch(ctx: Context, batch: Batch, p: Any) -> None:
             cause="with every group silent the batch std is 0 too: 0/0 needs eps or a guard"
             if not np.isfinite(a[i])
             else None,
+            kind="value",
+            facts={"index": i, "actual": float(a[i]), "expected": 0.0},
         )
 
 
@@ -213,6 +223,8 @@ def test_silent_zero_update(ctx: Context, ex: tuple[Batch, int], p: Any) -> None
             f"update of an all-silent batch: actual max |grad|={float(grad.abs().max())}, but should be 0",
             batch,
             a.numpy(),
+            kind="value",
+            facts={"actual": float(grad.abs().max()), "expected": 0.0},
         )
 
 
@@ -251,6 +263,7 @@ def test_dapo_keep_mask(ctx: Context, batch: Batch, p: Any) -> None:
             cause=(_keep_rule_cause(ctx) or _extra_rule_cause(ctx, _keep_metric(ctx)[0]))
             if what == "keep_mask"
             else None,
+            kind="value" if got.shape == want.shape else "shape",
         )
 
 
@@ -374,6 +387,7 @@ def test_singleton_groups(ctx: Context, batch: Batch, p: Any) -> None:
             batch,
             cause="singleton groups are not rejected; declare a convention "
             "with singleton='zero' or 'unit_std', or raise",
+            kind="accepted",
         )
     a = ctx.flat(batch)
     ctx.compare(f"advantages of groups of one ({ref.singleton})", batch, a, ctx.expected(batch))
@@ -414,6 +428,7 @@ def test_rejected_rows_ignored(ctx: Context, batch: Batch, p: Any) -> None:
                 call,
                 cause="the advantages are not multiplied by response_mask",
                 confirmed=True,
+                kind="value",
             )
         )
     keep = np.ones(batch.n, dtype=bool)
@@ -422,7 +437,7 @@ def test_rejected_rows_ignored(ctx: Context, batch: Batch, p: Any) -> None:
     kept = Batch(batch.rewards[keep], batch.index[keep])
     expected = ctx.expected(kept)
     tol = ctx.tolerance(kept, expected)
-    found = mismatch_message(a, expected, 0.0, tol)
+    found = find_mismatch(a, expected, rtol=0.0, atol=tol, noun="advantages")
     if found is None:
         return
     as_zero = batch.rewards.copy()
@@ -435,7 +450,16 @@ def test_rejected_rows_ignored(ctx: Context, batch: Batch, p: Any) -> None:
         f"without the rejected rows (max change {effect.max():.4g}); the silent group [1, 1, 1, 1] gets "
         f"{np.round(silent_moved, 4).tolist()}"
     )
-    if mismatch_message(a, counted, 0.0, tol + ctx.tolerance(batch.with_rewards(as_zero))[keep]) is None:
+    if (
+        find_mismatch(
+            a,
+            counted,
+            rtol=0.0,
+            atol=tol + ctx.tolerance(batch.with_rewards(as_zero))[keep],
+            noun="advantages",
+        )
+        is None
+    ):
         raise PropertyFailure(
             Finding(
                 f"a rejected response (all-zero response_mask) moved its siblings' baseline: {measured}",
@@ -447,16 +471,28 @@ def test_rejected_rows_ignored(ctx: Context, batch: Batch, p: Any) -> None:
                 "leave rows with response_mask.sum(-1) == 0 out of the group statistics",
                 confirmed=True,
                 verdict="WARN",
+                kind="mismatch",
+                mismatch=found,
+                facts={"max_change": float(effect.max())},
             )
         )
     raise PropertyFailure(
         Finding(
             "a rejected response (all-zero response_mask) moved its siblings' baseline: "
-            f"{found[0]}; {measured}",
+            f"{found.render()}; {measured}",
             call,
             ctx.reference.name,
+            kind="mismatch",
+            mismatch=found,
+            facts={"max_change": float(effect.max())},
         )
     )
+
+
+def _refused(finding: Finding) -> bool:
+    """Whether the call refused its input with an exception (an ``ImplementationError`` of kind ``raised``
+    or ``interrupt``), a clear answer to a NaN reward; exiting or hanging is not."""
+    return finding.kind == "raised" and finding.facts.get("how") in ("raised", "interrupt")
 
 
 _NAN = Batch(
@@ -479,7 +515,7 @@ def test_nan_rows_confined(ctx: Context, batch: Batch, p: Any) -> None:
     try:
         _, _, adv = call_token(ctx, batch, lengths)
     except PropertyFailure as exc:
-        if exc.finding.what.startswith("raised"):
+        if _refused(exc.finding):
             return  # a clear refusal of a NaN reward
         raise
     call = token_repr(ctx, batch, lengths)
@@ -489,16 +525,20 @@ def test_nan_rows_confined(ctx: Context, batch: Batch, p: Any) -> None:
     expected = ctx.expected(kept)
     got = a[keep]
     same = kept.index == batch.index[row]
-    found_other = mismatch_message(got[~same], expected[~same], 0.0, ctx.tolerance(kept, expected)[~same])
+    found_other = find_mismatch(
+        got[~same], expected[~same], rtol=0.0, atol=ctx.tolerance(kept, expected)[~same], noun="advantages"
+    )
     if found_other is not None:
         raise PropertyFailure(
             Finding(
                 f"a NaN reward in group {batch.index[row]} changed other groups' advantages: "
-                f"{found_other[0]}",
+                f"{found_other.render()}",
                 call,
                 ctx.reference.name,
                 "a NaN in one group contaminates the batch statistics",
                 confirmed=True,
+                kind="mismatch",
+                mismatch=found_other,
             )
         )
     sib = got[same]
@@ -514,23 +554,31 @@ def test_nan_rows_confined(ctx: Context, batch: Batch, p: Any) -> None:
                 "raise on a NaN reward, or leave it out",
                 confirmed=True,
                 verdict="WARN",
+                kind="not-finite",
             )
         )
-    found = mismatch_message(sib, expected[same], 0.0, ctx.tolerance(kept, expected)[same])
+    found = find_mismatch(
+        sib, expected[same], rtol=0.0, atol=ctx.tolerance(kept, expected)[same], noun="advantages"
+    )
     if found is not None:
         replaced = batch.rewards.copy()
         replaced[row] = 0.0
         zero = ctx.expected(batch.with_rewards(replaced))[keep][same]
-        counted = mismatch_message(sib, zero, 0.0, ctx.tolerance(kept, expected)[same]) is None
+        counted = (
+            find_mismatch(sib, zero, rtol=0.0, atol=ctx.tolerance(kept, expected)[same], noun="advantages")
+            is None
+        )
         raise PropertyFailure(
             Finding(
-                f"a NaN reward silently moved its siblings' baseline: {found[0]}",
+                f"a NaN reward silently moved its siblings' baseline: {found.render()}",
                 call,
                 ctx.reference.name,
                 "the NaN is replaced by 0 (e.g. nan_to_num) and counted in the group's mean and std"
                 if counted
                 else None,
                 confirmed=counted,
+                kind="mismatch",
+                mismatch=found,
             )
         )
 
@@ -572,7 +620,7 @@ def test_nan_rewards(ctx: Context, batch: Batch, p: Any) -> None:
     try:
         a = ctx.flat(batch)
     except PropertyFailure as exc:
-        if exc.finding.what.startswith("raised"):
+        if _refused(exc.finding):
             return  # a clear refusal of a NaN reward
         raise
     call = ctx.adapter.call_repr(batch)
@@ -582,13 +630,13 @@ def test_nan_rewards(ctx: Context, batch: Batch, p: Any) -> None:
     tol = ctx.tolerance(kept, expected)
     got = a[keep]
     same = kept.index == batch.index[row]
-    found_other = mismatch_message(got[~same], expected[~same], 0.0, tol[~same])
+    found_other = find_mismatch(got[~same], expected[~same], rtol=0.0, atol=tol[~same], noun="advantages")
     if found_other is not None:
         nan_other = bool(np.isnan(got[~same]).any())
         raise PropertyFailure(
             Finding(
                 f"a NaN reward in group {batch.index[row]} changed other groups' advantages: "
-                f"{found_other[0]}",
+                f"{found_other.render()}",
                 call,
                 ctx.reference.name,
                 "the NaN reaches a statistic over the whole batch (a batch mean or std without nan-aware "
@@ -597,6 +645,8 @@ def test_nan_rewards(ctx: Context, batch: Batch, p: Any) -> None:
                 else None,
                 confirmed=nan_other and bool(np.isnan(got[~same]).all()),
                 verdict="WARN" if nan_other and np.isnan(got[~same]).all() else "FAIL",
+                kind="mismatch",
+                mismatch=found_other,
             )
         )
     sib = got[same]
@@ -612,18 +662,19 @@ def test_nan_rewards(ctx: Context, batch: Batch, p: Any) -> None:
                 "out (nanmean / nanstd)",
                 confirmed=True,
                 verdict="WARN",
+                kind="not-finite",
             )
         )
-    found = mismatch_message(sib, expected[same], 0.0, tol[same])
+    found = find_mismatch(sib, expected[same], rtol=0.0, atol=tol[same], noun="advantages")
     if found is None:
         return
     replaced = batch.rewards.copy()
     replaced[row] = 0.0
     zero = ctx.expected(batch.with_rewards(replaced))[keep][same]
-    counted = mismatch_message(sib, zero, 0.0, tol[same]) is None
+    counted = find_mismatch(sib, zero, rtol=0.0, atol=tol[same], noun="advantages") is None
     raise PropertyFailure(
         Finding(
-            f"a NaN reward silently moved its siblings' baseline: {found[0]}",
+            f"a NaN reward silently moved its siblings' baseline: {found.render()}",
             call,
             ctx.reference.name,
             "the NaN is replaced by 0 (nan_to_num, or a nansum over reward functions) and counted in its "
@@ -634,6 +685,8 @@ def test_nan_rewards(ctx: Context, batch: Batch, p: Any) -> None:
             else None,
             confirmed=counted,
             verdict="WARN" if counted else "FAIL",
+            kind="mismatch",
+            mismatch=found,
         )
     )
 
@@ -694,7 +747,11 @@ def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
     call = f"{ctx.adapter.name}(rewards={batch.rewards.round(4).tolist()}, index={batch.index.tolist()})"
     if got.shape != want.shape:
         raise PropertyFailure(
-            Finding(f"keep mask of shape {got.shape}, but should be {want.shape} (or one per group)", call)
+            Finding(
+                f"keep mask of shape {got.shape}, but should be {want.shape} (or one per group)",
+                call,
+                kind="shape",
+            )
         )
     if np.array_equal(got, want):
         return
@@ -720,5 +777,13 @@ def test_keep_mask_rule(ctx: Context, batch: Batch, p: Any) -> None:
             call,
             cause=cause,
             confirmed=cause is not None,
+            kind="value",
+            facts={
+                "index": i,
+                "actual": bool(got[i]),
+                "expected": bool(want[i]),
+                "metric": metric,
+                "how": how,
+            },
         )
     )

@@ -28,10 +28,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from .._compare import mismatch_message
+from .._compare import Mismatch, find_mismatch
 from .adapter import ALL_DTYPES, Adapter, Batch
 from .detect import Detection
 from .diagnose import diagnose_mismatch
+from .findings import FINDING_KINDS, Finding
 from .guard import ImplementationError, bounded_shrink, call_guarded
 from .levels import LEVELS, SCALEOUT_LEVEL, SUITE_LEVELS, VERDICTS, Verdict
 from .precision import advantage_tolerance, coarser
@@ -44,6 +45,8 @@ __all__ = [
     "Context",
     "Property",
     "Finding",
+    "FINDING_KINDS",
+    "Mismatch",
     "PropertyFailure",
     "NotApplicable",
     "Outcome",
@@ -66,48 +69,6 @@ __all__ = [
 SHRINK_BUDGET_S = 15.0
 #: The floating dtypes a property can be parametrized over, by name.
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in ALL_DTYPES}
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    """A structured failure record: what differs, where, and why (when a probe confirmed it).
-
-    ``verdict``: FAIL, WARN or NOTE. ``what``: ``actual=..., but should be ...``.
-    ``call``: the call that produced it. ``reference``: the convention it was judged
-    against. ``cause``: the likely cause in words, ``confirmed`` when a second, designed
-    probe reproduced it; an unconfirmed mismatch says so instead of guessing.
-    """
-
-    what: str
-    call: str = ""
-    reference: str | None = None
-    cause: str | None = None
-    confirmed: bool = False
-    verdict: Verdict = "FAIL"
-    #: What sort of fact this is, for consumers that branch on it (never parse ``what``):
-    #: e.g. ``"mismatch"``, ``"raised"``, ``"aggregation"``, ``"objective"``, ``"scaleout"``.
-    kind: str | None = None
-    #: Measured facts as plain JSON-able data (e.g. ``{"aggregation": "token-mean"}``).
-    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: The bug class a designed probe confirmed (level 5: the normaliser class), else None.
-    bug_class: str | None = None
-    #: The measured factor (e.g. the gradient over the full-batch gradient), else None.
-    factor: float | None = None
-
-    def render(self) -> str:
-        """One paragraph: ``what [call] (expected under ref). Likely cause: ...``."""
-        msg = self.what
-        if self.call:
-            msg += f" [{self.call}]"
-        if self.reference:
-            msg += f" (expected under {self.reference})"
-        if self.cause and self.confirmed:
-            msg += f". Likely cause (confirmed by a probe): {self.cause}"
-        elif self.cause:
-            msg += f". Possible cause (not confirmed by a probe): {self.cause}"
-        elif "mismatched" in self.what:
-            msg += ". Cause not identified: no known deviation reproduces these values"
-        return msg
 
 
 class PropertyFailure(AssertionError):  # noqa: N818 (a failed property, like AssertionError)
@@ -172,7 +133,12 @@ class Context:
             got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
             del out  # the failure's traceback (kept by hypothesis) must not hold a huge result
             raise PropertyFailure(
-                Finding(f"out.shape={got}, but should be {shape}", self.adapter.call_repr(batch))
+                Finding(
+                    f"out.shape={got}, but should be {shape}",
+                    self.adapter.call_repr(batch),
+                    kind="shape",
+                    facts={"shape": list(got) if isinstance(got, tuple) else got, "expected": list(shape)},
+                )
             )
         return out.detach().to("cpu", torch.float64).numpy().reshape(-1)
 
@@ -204,15 +170,19 @@ class Context:
         actual: np.ndarray | None = None,
         cause: str | None = None,
         *,
+        kind: str,
         confirmed: bool = True,
         verdict: Verdict = "FAIL",
+        mismatch: Mismatch | None = None,
+        facts: dict[str, Any] | None = None,
     ) -> None:
         """Raise :class:`PropertyFailure` with the call and a cause.
 
         A ``cause`` given by the property is the property's own finding (confirmed by the
         property's own designed input, e.g. ``rewards`` changed in place); otherwise the
         known deviations are tried on ``actual`` and the winner is re-checked on a second
-        designed probe before it is printed as confirmed.
+        designed probe before it is printed as confirmed. ``kind``, ``mismatch`` and ``facts``:
+        the :class:`Finding`'s data.
         """
         if cause is None and actual is not None:
             cause, confirmed = diagnose_mismatch(self, batch, actual)
@@ -224,6 +194,9 @@ class Context:
                 cause,
                 confirmed=bool(cause) and confirmed,
                 verdict=verdict,
+                kind=kind,
+                facts=facts or {},
+                mismatch=mismatch,
             )
         )
 
@@ -236,12 +209,14 @@ class Context:
         dtype: torch.dtype = torch.float64,
         *,
         tolerance: np.ndarray | None = None,
+        noun: str = "advantages",
     ) -> None:
-        """Fail unless ``|actual - expected| <= tolerance`` (default :meth:`tolerance`)."""
+        """Fail unless ``|actual - expected| <= tolerance`` (default :meth:`tolerance`); the
+        failure's :class:`Mismatch` counts ``noun``."""
         tol = self.tolerance(batch, expected, dtype=dtype) if tolerance is None else tolerance
-        found = mismatch_message(actual, expected, 0.0, tol)
+        found = find_mismatch(actual, expected, rtol=0.0, atol=tol, noun=noun)
         if found is not None:
-            self.fail(f"{what}: {found[0]}", batch, actual)
+            self.fail(f"{what}: {found.render()}", batch, actual, kind="mismatch", mismatch=found)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -454,7 +429,16 @@ def guarded(fn: Callable[..., Any], *args: Any, what: Any, refusal_ok: bool = Fa
     except ImplementationError as exc:
         if refusal_ok and exc.rejected:
             return None
-        raise PropertyFailure(Finding(exc.detail, exc.what)) from exc
+        raise PropertyFailure(Finding(exc.detail, exc.what, kind="raised", facts=raised_facts(exc))) from exc
+
+
+def raised_facts(exc: ImplementationError) -> dict[str, Any]:
+    """The facts of a failed call: ``how`` (``raised``, ``exit``, ``interrupt``, ``timeout``) and, for an
+    exception, its type's name (``exception``)."""
+    facts: dict[str, Any] = {"how": exc.kind}
+    if exc.kind == "raised" and exc.__cause__ is not None:
+        facts["exception"] = type(exc.__cause__).__name__
+    return facts
 
 
 #: The properties a keep-mask filter is checked by (the rest need advantages).
@@ -566,13 +550,14 @@ class Outcome:
         >>> Outcome.from_dict(o.to_dict()) == o
         True
         """
-        return dataclasses.asdict(self)
+        finding = None if self.finding is None else self.finding.to_dict()
+        return {**dataclasses.asdict(dataclasses.replace(self, finding=None)), "finding": finding}
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Outcome:
         """The :class:`Outcome` of :meth:`to_dict`'s data."""
         finding = data.get("finding")
-        return Outcome(**{**data, "finding": Finding(**finding) if finding is not None else None})
+        return Outcome(**{**data, "finding": Finding.from_dict(finding) if finding is not None else None})
 
 
 def evaluate(

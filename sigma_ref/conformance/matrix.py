@@ -41,7 +41,6 @@ import contextlib
 import dataclasses
 import importlib
 import json
-import math
 import time
 import types
 from collections.abc import Iterator, Sequence
@@ -50,6 +49,7 @@ from typing import Any
 import torch
 
 from .adapter import Adapter
+from .cells import describe_aggregation, describe_clip, describe_objective
 from .levels import LEVELS, SCALEOUT_LEVEL
 
 __all__ = [
@@ -64,6 +64,8 @@ __all__ = [
     "run_scaleout_cell",
     "run_scaleout_cells",
     "describe_objective",
+    "describe_aggregation",
+    "describe_clip",
     "adapter_module",
     "add_matrix",
 ]
@@ -207,11 +209,12 @@ def run_adapter(
 ) -> tuple[list[dict[str, Any]], Any]:
     """Every property on ``adapter`` under its declared convention: outcomes and the context.
 
-    Each outcome is ``{"property", "param", "level", "verdict", "message"}`` with ``verdict``
-    one of ``pass``, ``FAIL``, ``WARN``, ``NOTE``, ``skip`` (the suite's one runner,
-    :func:`~sigma_ref.conformance.core.run_suite`). Failing inputs are not shrunk (the
-    matrix needs the verdict; ``sigma-ref check`` shrinks): the message shows the first
-    failing input found, ``cause`` the confirmed cause when the suite found one. ``names``:
+    Each outcome is ``{"property", "param", "level", "verdict", "message", "cause", "kind",
+    "facts"}`` with ``verdict`` one of ``pass``, ``FAIL``, ``WARN``, ``NOTE``, ``skip`` (the suite's
+    one runner, :func:`~sigma_ref.conformance.core.run_suite`). Failing inputs are not shrunk (the
+    matrix needs the verdict; ``sigma-ref check`` shrinks): the message (its first line, for
+    display) shows the first failing input found, ``cause`` the confirmed cause when the suite found
+    one, ``kind`` and ``facts`` the finding's data (what the cells are built from). ``names``:
     only these properties. ``scaleout``: ``(ScaleOut spec, ScaleoutReport)`` of the row's level-5
     run (the matrix launches every row's at once, :func:`run_scaleout_cells`): the level-5
     properties then judge it through the same runner, like every other level.
@@ -242,6 +245,8 @@ def run_adapter(
                 "verdict": o.verdict,
                 "message": o.message.strip().splitlines()[0] if o.message.strip() else "",
                 "cause": o.finding.cause if o.finding is not None else None,
+                "kind": o.finding.kind if o.finding is not None else None,
+                "facts": dict(o.finding.facts) if o.finding is not None else {},
             }
             for o in run_suite(ctx, max_examples=max_examples, seed=seed, shrink=False, names=names)
         ]
@@ -260,11 +265,9 @@ def _aggregation(results: list[dict[str, Any]], declared: str | None = None) -> 
     if declared is not None and resolve_declared_aggregation(declared) != declared:
         alias = f" ({declared})"
     for r in results:
-        if r["property"] == "loss_aggregation" and r["message"].startswith("aggregation: "):
-            text = r["message"].removeprefix("aggregation: ")
-            mode, _, rest = text.partition(" [")
-            how = "declared" if rest.startswith("declared") else "detected"
-            return f"{mode}{alias if how == 'declared' else ''} [{how}]"
+        if r["property"] == "loss_aggregation" and r["kind"] == "aggregation":
+            how = r["facts"]["how"]
+            return f"{describe_aggregation(r['facts'])}{alias if how == 'declared' else ''} [{how}]"
         if r["property"] == "loss_aggregation" and r["verdict"] == "FAIL":
             if declared is None:
                 return "FAIL"
@@ -275,7 +278,16 @@ def _aggregation(results: list[dict[str, Any]], declared: str | None = None) -> 
 
 def _matched(result: dict[str, Any]) -> bool:
     """A declared objective that matched: ``loss_objective`` reports it as a NOTE, a check that passed."""
-    return bool(result["property"] == "loss_objective" and str(result["message"]).startswith("objective:"))
+    return bool(result["property"] == "loss_objective" and result["kind"] == "objective")
+
+
+def _deviation(result: dict[str, Any]) -> str:
+    """What ``loss_objective``'s failure measured (the gradient entry that differs), else its message."""
+    facts = result["facts"]
+    if result["kind"] != "value" or "index" not in facts:
+        return str(result["message"])
+    i, t = facts["index"]
+    return f"dL/dlogp[{i}, {t}] = {facts['actual']:.6g}, but should be {facts['expected']:.6g}"
 
 
 def _cells(results: list[dict[str, Any]]) -> dict[str, Cell]:
@@ -294,31 +306,6 @@ def _cells(results: list[dict[str, Any]]) -> dict[str, Cell]:
     return cells
 
 
-def describe_objective(obj: Any) -> str:
-    """A short text for a :class:`~sigma_ref.objectives.Objective` (the matrix's objective cells).
-
-    >>> from sigma_ref.objectives import Objective
-    >>> describe_objective(Objective("ppo", eps_low=0.2, dual_clip=3.0, kl="k3", kl_coef=0.1))
-    'ppo clip [0.8, 1.2], dual clip 3 + 0.1 k3 KL'
-    >>> describe_objective(Objective("cispo", eps_low=math.inf, eps_high=4.0))
-    'cispo weight min(r, 5)'
-    """
-    lo, hi = obj.clip_range
-    if obj.kind == "cispo" and lo == hi == 1:
-        text = "REINFORCE, weight 1 (cispo clip [1, 1])"
-    elif obj.kind == "cispo":
-        text = f"cispo weight min(r, {hi:g})" if math.isinf(lo) else f"cispo weight clip(r, {lo:g}, {hi:g})"
-    else:
-        text = f"{obj.kind} clip [{lo:g}, {hi:g}]"
-    if obj.dual_clip is not None:
-        text += f", dual clip {obj.dual_clip:g}"
-    if obj.tis_cap is not None:
-        text += f", {'TIS' if obj.tis_mode == 'truncate' else 'MIS'} {obj.tis_level} cap {obj.tis_cap:g}"
-    if obj.kl is not None and obj.kl_coef:
-        text += f" + {obj.kl_coef:g} {obj.kl} KL" + (" in the reward" if obj.kl_placement == "reward" else "")
-    return text
-
-
 def _objective(results: list[dict[str, Any]], adapter: Adapter, note: str | None) -> str:
     """The objective cell: the declared objective checked by ``loss_objective``, else the clip
     ``loss_clipped_surrogate`` read off the gradient, else ``note`` (what the peer computes)."""
@@ -327,9 +314,9 @@ def _objective(results: list[dict[str, Any]], adapter: Adapter, note: str | None
     if adapter.objective is not None and checked is not None:
         desc = describe_objective(adapter.objective) + " [declared]"
         if checked["verdict"] == "FAIL":
-            why = checked["cause"] or checked["message"].partition(" under the declared")[0]
+            why = checked["cause"] or _deviation(checked)
             return f"FAIL {desc}: {why}"
-        if checked["verdict"] == "NOTE" and checked["message"].startswith("objective:"):
+        if checked["verdict"] == "NOTE" and checked["kind"] == "objective":
             return desc
         return f"n/a: {checked['message']}" if checked["message"] else ""
     if note:
@@ -337,10 +324,7 @@ def _objective(results: list[dict[str, Any]], adapter: Adapter, note: str | None
     clip = by.get("loss_clipped_surrogate")
     if clip is None or clip["verdict"] != "NOTE":
         return ""
-    text = clip["message"]
-    if text.startswith("PPO surrogate at ratios") and ": " in text:
-        return "ppo " + str(text).partition(": ")[2].replace("clip range", "clip")
-    return "not a PPO clip [detected]"
+    return describe_clip(clip["facts"] if clip["kind"] == "clip" else {})
 
 
 def _factor(finding: Any) -> str:

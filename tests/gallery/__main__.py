@@ -20,7 +20,7 @@ import argparse
 
 from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.core import Outcome, evaluate, run_suite
-from sigma_ref.conformance.matrix import describe_objective
+from sigma_ref.conformance.matrix import describe_aggregation, describe_objective
 from sigma_ref.conformance.session import build_context
 from sigma_ref.objectives import resolve_aggregation
 
@@ -49,6 +49,14 @@ def _words(outcome: Outcome) -> str:
     else:
         text = outcome.message.split("\n", 1)[0]
     return " ".join(text.split()).replace("|", "/")
+
+
+def _what(outcome: Outcome) -> str:
+    """The finding's ``what`` (without the call, the reference and a cause), else the message's first
+    sentence."""
+    if outcome.finding is None:
+        return _words(outcome)
+    return " ".join(outcome.finding.what.split()).replace("|", "/")
 
 
 def kill_table() -> str:
@@ -138,11 +146,16 @@ def _claims(case) -> str:  # type: ignore[no-untyped-def]
 
 
 def _aggregation_note(outcomes: list[Outcome]) -> str:
-    """What loss_aggregation said: the detected or declared mode (``aggregation: ...``), or its verdict."""
+    """What loss_aggregation measured (its finding's facts): the detected mode, or the declared one with
+    ``[declared, measured]``; else its NOTE's message, or its verdict and words."""
     for o in outcomes:
-        if o.name == "loss_aggregation":
-            text = o.message.split(" [detected", 1)[0] if o.verdict == "NOTE" else f"{o.verdict}: {_words(o)}"
-            return text.removeprefix("aggregation: ")
+        if o.name != "loss_aggregation":
+            continue
+        found = o.finding
+        if o.verdict == "NOTE" and found is not None and found.kind == "aggregation":
+            mode = describe_aggregation(found.facts)
+            return mode if found.facts["how"] == "detected" else f"{mode} [declared, measured]"
+        return o.message if o.verdict == "NOTE" else f"{o.verdict}: {_words(o)}"
     return "-"
 
 
@@ -220,7 +233,7 @@ def objective_table(*, max_examples: int = 10) -> str:
         caught += outcome.verdict == "FAIL"
         sure = outcome.finding is not None and outcome.finding.confirmed
         confirmed += outcome.verdict == "FAIL" and sure
-        words = _words(outcome) if sure else "term not identified: " + _words(outcome).split(" [")[0]
+        words = _words(outcome) if sure else "term not identified: " + _what(outcome)
         rows.append(f"| `{case.name}` | {_meant(case)} | {case.breaks} | {outcome.verdict} | {words[:220]} |")
     head = [
         f"Loss gallery: {matched}/{len(correct)} correct losses match their declared objective (designed "
