@@ -36,7 +36,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["Peer", "PeerUnavailableError", "ScaleOut", "per_token", "version_of", "lazy"]
+__all__ = ["MODULE_API", "Peer", "PeerUnavailableError", "ScaleOut", "per_token", "version_of", "lazy"]
+
+#: The names every adapter module exposes (its ``__all__`` starts with them).
+MODULE_API: tuple[str, ...] = ("PEER", "ADAPTERS", "NOT_APPLICABLE", "available", "unavailable")
 
 
 class PeerUnavailableError(ImportError):
@@ -76,6 +79,10 @@ class Peer:
     def version(self) -> str | None:
         """The installed version, or ``None``."""
         return version_of(self.dist)
+
+    def available(self) -> bool:
+        """Whether the peer is installed (an adapter module's ``available = PEER.available``)."""
+        return self.unavailable() is None
 
     def unavailable(self) -> str | None:
         """Why the peer cannot be used, or ``None`` when it is installed."""
