@@ -38,6 +38,7 @@ __all__ = [
     "loss_type_scaleout",
     "outcome_estimator",
     "ppo_objective",
+    "registry_estimators",
     "suite_loss",
     "token_estimator",
 ]
@@ -138,6 +139,22 @@ def token_estimator(
 
     advantages.__name__ = name
     return advantages
+
+
+def registry_estimators(
+    lookup: Callable[[str], Callable[..., Any]], prefix: str
+) -> tuple[Callable[..., Callable[..., torch.Tensor]], Callable[..., Callable[..., Any]]]:
+    """``(estimator, token_estimator)``: ``name, **options -> advantage function`` builders of
+    :func:`outcome_estimator` / :func:`token_estimator` for the estimator ``lookup(name)`` (looked up
+    at each call), named ``<prefix>_<name>`` / ``<prefix>_<name>_token_level``."""
+
+    def estimator(name: str, **options: Any) -> Callable[..., torch.Tensor]:
+        return outcome_estimator(lambda: lookup(name), f"{prefix}_{name}", **options)
+
+    def token(name: str, **options: Any) -> Callable[..., Any]:
+        return token_estimator(lambda: lookup(name), f"{prefix}_{name}_token_level", **options)
+
+    return estimator, token
 
 
 def ppo_objective(aggregation: str, *, eps: float, **options: Any) -> Objective:

@@ -29,6 +29,7 @@ call of an adapter (``functools.cache``), and a missing peer raises
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Callable
@@ -92,6 +93,21 @@ class Peer:
                 f"{self.tested}; install the peers with `make peers`)"
             )
         return None
+
+    def importer(self, module: str) -> Callable[[], Any]:
+        """``module`` (a module of the peer), imported on the first call, after :meth:`require`: an
+        adapter's handle on its peer, so that importing the adapter never imports the peer.
+
+        >>> Peer("numpy", "numpy", "2").importer("numpy.linalg")().__name__
+        'numpy.linalg'
+        """
+
+        def load() -> Any:
+            self.require()
+            return importlib.import_module(module)
+
+        load.__name__ = f"import {module}"
+        return lazy(load)
 
     def require(self) -> str:
         """The installed version; raises :class:`PeerUnavailableError` with the reason if absent."""

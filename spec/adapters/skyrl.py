@@ -49,14 +49,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import Objective
 
-from ._common import LOSS_PROPERTIES, outcome_estimator, ppo_objective, suite_loss, token_estimator
+from ._common import LOSS_PROPERTIES, ppo_objective, registry_estimators, suite_loss
 from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
 __all__ = [*MODULE_API, "NOTES", "LOSS_ONLY", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE", "LOSS_REDUCTIONS"]
@@ -110,17 +109,10 @@ def _config(policy: str, reduction: str, max_seq_len: int) -> Any:
     return _config_class()(policy_loss_type=policy, loss_reduction=reduction, max_seq_len=max_seq_len)
 
 
-def _lookup(name: str) -> Callable[[], Any]:
-    """``AdvantageEstimatorRegistry.get(name)``, looked up at each call."""
-    return lambda: _ppo_utils().AdvantageEstimatorRegistry.get(name)
-
-
-def _estimator(name: str, **options: Any) -> Callable[[torch.Tensor, np.ndarray], torch.Tensor]:
-    return outcome_estimator(_lookup(name), f"skyrl_{name}", **options)
-
-
-def _token_estimator(name: str, **options: Any) -> Callable[..., Any]:
-    return token_estimator(_lookup(name), f"skyrl_{name}_token_level", **options)
+#: SkyRL's estimators (``AdvantageEstimatorRegistry.get(name)``, looked up at each call).
+_estimator, _token_estimator = registry_estimators(
+    lambda name: _ppo_utils().AdvantageEstimatorRegistry.get(name), "skyrl"
+)
 
 
 def _policy_call(

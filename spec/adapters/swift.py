@@ -51,7 +51,7 @@ import torch
 
 from sigma_ref.conformance import Adapter
 
-from ._peers import MODULE_API, Peer, lazy
+from ._peers import MODULE_API, Peer
 
 __all__ = [*MODULE_API, "NOTES"]
 
@@ -60,13 +60,8 @@ available = PEER.available
 unavailable = PEER.unavailable
 
 
-@lazy
-def _advantage_module() -> Any:
-    """``swift.rl_core.advantage`` (imports swift on first use)."""
-    PEER.require()
-    from swift.rl_core import advantage
-
-    return advantage
+#: ``swift.rl_core.advantage`` (imports swift on first use).
+_advantage_module = PEER.importer("swift.rl_core.advantage")
 
 
 def _weights() -> torch.Tensor:

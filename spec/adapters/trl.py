@@ -76,13 +76,8 @@ available = PEER.available
 unavailable = PEER.unavailable
 
 
-@lazy
-def _grpo_module() -> Any:
-    """``trl.trainer.grpo_trainer`` (imports TRL on first use)."""
-    PEER.require()
-    from trl.trainer import grpo_trainer
-
-    return grpo_trainer
+#: ``trl.trainer.grpo_trainer`` (imports TRL on first use).
+_grpo_module = PEER.importer("trl.trainer.grpo_trainer")
 
 
 def _assigns(node: ast.stmt, name: str, call: str) -> bool:

@@ -30,21 +30,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import KL, Objective
 
-from ._common import (
-    LOSS_PROPERTIES,
-    at_scale_name,
-    outcome_estimator,
-    ppo_objective,
-    suite_loss,
-    token_estimator,
-)
+from ._common import LOSS_PROPERTIES, at_scale_name, ppo_objective, registry_estimators, suite_loss
 from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
 __all__ = [*MODULE_API, "LOSS_AGG_MODES", "LOSS_ONLY", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE"]
@@ -63,13 +55,8 @@ available = PEER.available
 unavailable = PEER.unavailable
 
 
-@lazy
-def _core_algos() -> Any:
-    """``verl.trainer.ppo.core_algos`` (imports verl, and with it ray, on first use)."""
-    PEER.require()
-    from verl.trainer.ppo import core_algos
-
-    return core_algos
+#: ``verl.trainer.ppo.core_algos`` (imports verl, and with it ray, on first use).
+_core_algos = PEER.importer("verl.trainer.ppo.core_algos")
 
 
 @lazy
@@ -81,18 +68,11 @@ def _actor_config() -> Any:
     return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1)
 
 
-def _lookup(name: str) -> Callable[[], Any]:
-    """``core_algos.get_adv_estimator_fn(name)``, looked up at each call."""
-    return lambda: _core_algos().get_adv_estimator_fn(name)
-
-
-def _estimator(name: str, **options: Any) -> Callable[[torch.Tensor, np.ndarray], torch.Tensor]:
-    return outcome_estimator(_lookup(name), f"verl_{name}", **options)
-
-
-def _token_estimator(name: str, **options: Any) -> Callable[..., Any]:
-    """verl's estimator called as verl calls it: token-level rewards, the response mask, uids."""
-    return token_estimator(_lookup(name), f"verl_{name}_token_level", **options)
+#: verl's estimators (``core_algos.get_adv_estimator_fn(name)``, looked up at each call) on one reward
+#: per response, and called as verl calls them: token-level rewards, the response mask, uids.
+_estimator, _token_estimator = registry_estimators(
+    lambda name: _core_algos().get_adv_estimator_fn(name), "verl"
+)
 
 
 def _verl_loss(
