@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import Objective, resolve_aggregation
 
@@ -41,6 +42,7 @@ __all__ = [
     "registry_estimators",
     "suite_loss",
     "token_estimator",
+    "token_rows",
 ]
 
 #: The loss properties the matrix runs on a row that differs from another only in its loss.
@@ -155,6 +157,24 @@ def registry_estimators(
         return token_estimator(lambda: lookup(name), f"{prefix}_{name}_token_level", **options)
 
     return estimator, token
+
+
+def token_rows(
+    build: Callable[..., Callable[..., Any]], peer: str, rows: Iterable[tuple[str, dict[str, Any], str]]
+) -> dict[str, Adapter]:
+    """The ``<name>[token]`` rows: each estimator ``build(name, **options)`` in its own token-level
+    signature (layout ``token``: the reward on each response's last valid token), declared
+    ``convention``; ``rows``: ``(name, options, convention)``."""
+    return {
+        f"{name}[token]": Adapter(
+            build(name, **options),
+            "token",
+            convention=convention,
+            returns="advantages",
+            name=f"{peer} {name} (token level)",
+        )
+        for name, options, convention in rows
+    }
 
 
 def ppo_objective(aggregation: str, *, eps: float, **options: Any) -> Objective:

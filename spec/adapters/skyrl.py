@@ -55,7 +55,7 @@ from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import Objective
 
-from ._common import LOSS_PROPERTIES, ppo_objective, registry_estimators, suite_loss
+from ._common import LOSS_PROPERTIES, ppo_objective, registry_estimators, suite_loss, token_rows
 from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
 __all__ = [*MODULE_API, "NOTES", "LOSS_ONLY", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE", "LOSS_REDUCTIONS"]
@@ -197,19 +197,14 @@ ADAPTERS: dict[str, Adapter] = {
     "maxrl": _adapter(_estimator("maxrl"), None, "advantage_estimator=maxrl"),
 }
 ADAPTERS.update(
-    {
-        f"{name}[token]": Adapter(
-            _token_estimator(name, **options),
-            "token",
-            convention=convention,
-            returns="advantages",
-            name=f"skyrl {name} (token level)",
-        )
-        for name, options, convention in (
+    token_rows(
+        _token_estimator,
+        "skyrl",
+        (
             ("grpo", {"grpo_norm_by_std": True}, "verl"),
             ("rloo", {}, "rloo"),
-        )
-    }
+        ),
+    )
 )
 ADAPTERS.update(
     {

@@ -36,7 +36,14 @@ from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import KL, Objective
 
-from ._common import LOSS_PROPERTIES, at_scale_name, ppo_objective, registry_estimators, suite_loss
+from ._common import (
+    LOSS_PROPERTIES,
+    at_scale_name,
+    ppo_objective,
+    registry_estimators,
+    suite_loss,
+    token_rows,
+)
 from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
 __all__ = [*MODULE_API, "LOSS_AGG_MODES", "LOSS_ONLY", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE"]
@@ -282,20 +289,15 @@ ADAPTERS.update(
 # the outcome estimators in their own signature: (token_level_rewards [B, T], response_mask, index)
 # -> (advantages [B, T], returns [B, T]), the reward on each response's last valid token
 ADAPTERS.update(
-    {
-        f"{name}[token]": Adapter(
-            _token_estimator(name, **options),
-            "token",
-            convention=convention,
-            returns="advantages",
-            name=f"verl {name} (token level)",
-        )
-        for name, options, convention in (
+    token_rows(
+        _token_estimator,
+        "verl",
+        (
             ("grpo", {"norm_adv_by_std_in_grpo": True}, "verl"),
             ("grpo_vectorized", {"norm_adv_by_std_in_grpo": True}, "verl"),
             ("rloo", {}, "rloo"),
-        )
-    }
+        ),
+    )
 )
 
 # verl's policy-loss registry (core_algos.POLICY_LOSS_REGISTRY, actor.policy_loss.loss_mode), each with
