@@ -4,9 +4,7 @@ Zero mean within each group; permutation equivariance within a group; groups
 independent; invariance to a reward shift; GRPO invariant to a positive scale, Dr. GRPO and
 RLOO equivariant; the binary two-valued structure (docs/spec.md §7, level 1).
 
-Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
-statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
-ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason.
+Each ``test_<name>`` is one property, written once under ``@conformance_property`` (``spec/__init__.py``).
 """
 
 from __future__ import annotations
@@ -20,13 +18,7 @@ from hypothesis import strategies as st
 from sigma_ref import strategies as sst
 from sigma_ref._compare import find_mismatch
 from sigma_ref.conformance.adapter import TOKEN_T, Batch, array_text, token_lengths
-from sigma_ref.conformance.core import (
-    Context,
-    Finding,
-    PropertyFailure,
-    conformance_property,
-    guarded,
-)
+from sigma_ref.conformance.core import Context, Finding, PropertyFailure, conformance_property, guarded
 from sigma_ref.conformance.inputs import (
     BINARY,
     ILL,

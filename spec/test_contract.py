@@ -3,9 +3,7 @@
 Shape, dtype and device preserved; inputs not mutated; deterministic; finite outputs;
 no autograd graph; a clear failure on malformed input (docs/spec.md §7, level 0).
 
-Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
-statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
-ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason.
+Each ``test_<name>`` is one property, written once under ``@conformance_property`` (``spec/__init__.py``).
 """
 
 from __future__ import annotations

@@ -5,9 +5,7 @@ gradient of its own loss at ratio 1 on a small random policy) equals the oracle'
 ``(sigma^2/d) * (s+ - s-)`` per group; the convention is detected from probes
 (docs/spec.md §7, level 2).
 
-Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
-statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
-ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason.
+Each ``test_<name>`` is one property, written once under ``@conformance_property`` (``spec/__init__.py``).
 """
 
 from __future__ import annotations
@@ -25,13 +23,7 @@ from sigma_ref import strategies as sst
 from sigma_ref._aggregation import PROMPT_MEAN
 from sigma_ref._compare import find_mismatch
 from sigma_ref.conformance.adapter import Batch
-from sigma_ref.conformance.core import (
-    Context,
-    Finding,
-    PropertyFailure,
-    conformance_property,
-    guarded,
-)
+from sigma_ref.conformance.core import Context, Finding, PropertyFailure, conformance_property, guarded
 from sigma_ref.conformance.inputs import (
     BINARY,
     LOSS_EXTRAS,

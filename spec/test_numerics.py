@@ -4,9 +4,7 @@ float64, float32, float16 and bfloat16 within the tolerances of
 ``sigma_ref.testing.TOLERANCES``; large G; many groups; CUDA when present (docs/spec.md §7,
 level 4).
 
-Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
-statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
-ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason.
+Each ``test_<name>`` is one property, written once under ``@conformance_property`` (``spec/__init__.py``).
 """
 
 from __future__ import annotations
@@ -19,17 +17,9 @@ import torch
 from sigma_ref._compare import find_mismatch
 from sigma_ref.advantages import dapo_keep_mask
 from sigma_ref.conformance.adapter import Batch
-from sigma_ref.conformance.core import (
-    DTYPES,
-    Context,
-    PropertyFailure,
-    conformance_property,
-)
+from sigma_ref.conformance.core import DTYPES, Context, PropertyFailure, conformance_property
 from sigma_ref.conformance.diagnose import diagnose_mismatch
-from sigma_ref.conformance.inputs import (
-    LIVE,
-    batches,
-)
+from sigma_ref.conformance.inputs import LIVE, batches
 from sigma_ref.conformance.precision import coarser
 from sigma_ref.conformance.reference import as_numpy
 

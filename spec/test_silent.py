@@ -3,9 +3,7 @@
 Silent groups give zero advantages and a zero update, never NaN; DAPO's keep mask is
 ``0 < k < G``; groups of one follow the convention (docs/spec.md §7, level 3).
 
-Each ``test_<name>`` is one property: ``@conformance_property`` registers it (its docstring is the
-statement) and makes it the pytest test, which runs the designed inputs, then hypothesis-generated
-ones (shrunk on failure), and reports FAIL, WARN, NOTE or a skip with its reason.
+Each ``test_<name>`` is one property, written once under ``@conformance_property`` (``spec/__init__.py``).
 """
 
 from __future__ import annotations
@@ -19,13 +17,7 @@ from hypothesis import strategies as st
 from sigma_ref._compare import find_mismatch
 from sigma_ref.advantages import dapo_keep_mask
 from sigma_ref.conformance.adapter import ACCURACY_THRESHOLD, Batch, detect_keep_metric, token_lengths
-from sigma_ref.conformance.core import (
-    Context,
-    Finding,
-    PropertyFailure,
-    conformance_property,
-    guarded,
-)
+from sigma_ref.conformance.core import Context, Finding, PropertyFailure, conformance_property, guarded
 from sigma_ref.conformance.inputs import (
     BINARY,
     WITH_SILENT,

@@ -29,6 +29,7 @@ call of an adapter (``functools.cache``), and a missing peer raises
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Callable
@@ -36,7 +37,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["Peer", "PeerUnavailableError", "ScaleOut", "per_token", "version_of", "lazy"]
+__all__ = ["MODULE_API", "Peer", "PeerUnavailableError", "ScaleOut", "per_token", "version_of", "lazy"]
+
+#: The names every adapter module exposes (its ``__all__`` starts with them).
+MODULE_API: tuple[str, ...] = ("PEER", "ADAPTERS", "NOT_APPLICABLE", "available", "unavailable")
 
 
 class PeerUnavailableError(ImportError):
@@ -77,6 +81,10 @@ class Peer:
         """The installed version, or ``None``."""
         return version_of(self.dist)
 
+    def available(self) -> bool:
+        """Whether the peer is installed (an adapter module's ``available = PEER.available``)."""
+        return self.unavailable() is None
+
     def unavailable(self) -> str | None:
         """Why the peer cannot be used, or ``None`` when it is installed."""
         if importlib.util.find_spec(self.module) is None or self.version is None:
@@ -85,6 +93,21 @@ class Peer:
                 f"{self.tested}; install the peers with `make peers`)"
             )
         return None
+
+    def importer(self, module: str) -> Callable[[], Any]:
+        """``module`` (a module of the peer), imported on the first call, after :meth:`require`: an
+        adapter's handle on its peer, so that importing the adapter never imports the peer.
+
+        >>> Peer("numpy", "numpy", "2").importer("numpy.linalg")().__name__
+        'numpy.linalg'
+        """
+
+        def load() -> Any:
+            self.require()
+            return importlib.import_module(module)
+
+        load.__name__ = f"import {module}"
+        return lazy(load)
 
     def require(self) -> str:
         """The installed version; raises :class:`PeerUnavailableError` with the reason if absent."""

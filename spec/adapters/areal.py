@@ -56,7 +56,7 @@ it); the cells model the FSDP engine.
 
 from __future__ import annotations
 
-import re
+import functools
 import types
 from collections.abc import Callable
 from typing import Any
@@ -66,33 +66,15 @@ import torch
 from sigma_ref.conformance import Adapter
 from sigma_ref.objectives import Objective
 
-from ._peers import Peer, ScaleOut, lazy, per_token
+from ._common import LOSS_PROPERTIES, at_scale_name, suite_loss
+from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
-__all__ = [
-    "PEER",
-    "ADAPTERS",
-    "NOT_APPLICABLE",
-    "NOTES",
-    "LOSS_ONLY",
-    "SCALEOUT",
-    "AT_SCALE",
-    "NORM_CONFIGS",
-    "TRAILING",
-    "available",
-    "unavailable",
-]
+__all__ = [*MODULE_API, "NOTES", "LOSS_ONLY", "SCALEOUT", "AT_SCALE", "NORM_CONFIGS", "TRAILING"]
 
 PEER = Peer("areal", "areal", "1.0.4", title="AReaL")
 
-
-def available() -> bool:
-    """Whether AReaL is installed."""
-    return PEER.unavailable() is None
-
-
-def unavailable() -> str | None:
-    """Why AReaL cannot be used, or ``None``."""
-    return PEER.unavailable()
+available = PEER.available
+unavailable = PEER.unavailable
 
 
 @lazy
@@ -119,29 +101,25 @@ def _norm(options: dict[str, Any]) -> Callable[[torch.Tensor, int], torch.Tensor
 
 def _loss(**options: Any) -> Callable[..., torch.Tensor]:
     """``ppo_actor_loss_fn`` with ``eps_clip`` 0.2 and ``options``; proximal = behaviour = ``old_logp``."""
-
-    def loss(
-        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return _call(logp, old_logp, old_logp, advantages, mask, options)
-
-    loss.__name__ = "areal_ppo_actor_loss_fn[" + ", ".join(f"{k}={v}" for k, v in options.items()) + "]"
-    return loss
+    name = "areal_ppo_actor_loss_fn[" + ", ".join(f"{k}={v}" for k, v in options.items()) + "]"
+    return suite_loss(functools.partial(_call, options=options), name)
 
 
 def _call(
     logp: torch.Tensor,
-    proximal: torch.Tensor,
-    behaviour: torch.Tensor,
+    old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     options: dict[str, Any],
+    rollout_logp: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """``ppo_actor_loss_fn``: the proximal policy is the trainer's ``old_logp``, the behaviour policy
+    the rollout's (``rollout_logp``; None: ``old_logp``)."""
     fn = _areal()[2]
     out, _stat = fn(
         logprobs=logp,
-        proximal_logprobs=proximal,
-        old_logprobs=behaviour,
+        proximal_logprobs=old_logp,
+        old_logprobs=old_logp if rollout_logp is None else rollout_logp,
         advantages=per_token(advantages, mask),
         eps_clip=_EPS,
         loss_mask=mask.bool(),
@@ -156,20 +134,12 @@ def _rejection_loss(action: str, upper: float) -> Callable[..., torch.Tensor]:
     action=action, metric="ratio", upper=upper)``: the behaviour policy is the rollout's (the
     inference engine's log-probs), the proximal one the trainer's ``old_logp``."""
 
-    def loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        rollout_logp: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        rejection_config = _areal()[3]
-        config = rejection_config(level="token", action=action, metric="ratio", upper=upper)
-        behaviour = old_logp if rollout_logp is None else rollout_logp
-        return _call(logp, old_logp, behaviour, advantages, mask, {"rejection_sampling": config})
+    def call(**inputs: Any) -> torch.Tensor:
+        config = _areal()[3](level="token", action=action, metric="ratio", upper=upper)
+        return _call(**inputs, options={"rejection_sampling": config})
 
-    loss.__name__ = f"areal_ppo_actor_loss_fn[rejection_sampling token {action} ratio <= {upper:g}]"
-    return loss
+    name = f"areal_ppo_actor_loss_fn[rejection_sampling token {action} ratio <= {upper:g}]"
+    return suite_loss(call, name, extras=["rollout_logp"])
 
 
 #: ``PPOActorConfig.eps_clip``'s default.
@@ -271,9 +241,8 @@ ADAPTERS.update(
         for mode, (action, objective) in _REJECTION.items()
     }
 )
-_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
 #: The loss options share a ``reward_norm`` row's advantage: the matrix runs their loss properties only.
-LOSS_ONLY: dict[str, tuple[str, ...]] = {mode: _LOSS_PROPERTIES for mode in [*POLICIES, *_REJECTION]}
+LOSS_ONLY: dict[str, tuple[str, ...]] = {mode: LOSS_PROPERTIES for mode in [*POLICIES, *_REJECTION]}
 
 #: What the settings outside the presets compute (the lead names them as conventions at merge).
 NOTES: dict[str, str] = {
@@ -342,13 +311,10 @@ def _at_scale(inner: Callable[..., torch.Tensor], rollout: bool = False) -> Call
     'areal_ppo_actor_loss_fn[] x loss_weight_fn / compute_total_loss_weight x dp_size'
     """
 
-    def scaled(
-        loss: torch.Tensor,
-        mask: torch.Tensor,
-        rank_num_tokens: int,
-        world_size: int,
-        process_group: Any,
+    def call(
+        mask: torch.Tensor, rank_num_tokens: int, world_size: int, process_group: Any, **inputs: Any
     ) -> torch.Tensor:
+        loss = inner(mask=mask, **inputs)
         local = _loss_weight({"loss_mask": mask})
         rest = torch.ones(rank_num_tokens - int(local), device=mask.device)
         mb_list = types.SimpleNamespace(mbs=[{"loss_mask": mask}, {"loss_mask": rest}])
@@ -369,41 +335,12 @@ def _at_scale(inner: Callable[..., torch.Tensor], rollout: bool = False) -> Call
         loss_scale: torch.Tensor = local.to(loss.dtype) / total.to(loss.dtype) * world_size
         return loss * loss_scale
 
-    if rollout:
-
-        def at_scale_rollout(
-            logp: torch.Tensor,
-            old_logp: torch.Tensor,
-            advantages: torch.Tensor,
-            mask: torch.Tensor,
-            *,
-            rank_num_tokens: int,
-            world_size: int,
-            process_group: Any,
-            rollout_logp: torch.Tensor | None = None,
-        ) -> torch.Tensor:
-            loss = inner(logp, old_logp, advantages, mask, rollout_logp=rollout_logp)
-            return scaled(loss, mask, rank_num_tokens, world_size, process_group)
-
-        fn: Callable[..., torch.Tensor] = at_scale_rollout
-    else:
-
-        def at_scale(
-            logp: torch.Tensor,
-            old_logp: torch.Tensor,
-            advantages: torch.Tensor,
-            mask: torch.Tensor,
-            *,
-            rank_num_tokens: int,
-            world_size: int,
-            process_group: Any,
-        ) -> torch.Tensor:
-            loss = inner(logp, old_logp, advantages, mask)
-            return scaled(loss, mask, rank_num_tokens, world_size, process_group)
-
-        fn = at_scale
-    fn.__name__ = f"{inner.__name__} x loss_weight_fn / compute_total_loss_weight x dp_size"
-    return fn
+    return suite_loss(
+        call,
+        f"{inner.__name__} x loss_weight_fn / compute_total_loss_weight x dp_size",
+        keywords=["rank_num_tokens", "world_size", "process_group"],
+        keyword_extras=["rollout_logp"] if rollout else [],
+    )
 
 
 def _attr(mode: str) -> str:
@@ -412,7 +349,7 @@ def _attr(mode: str) -> str:
     >>> _attr("policy[rejection_sampling token clamp 2]")
     'rejection_sampling_token_clamp_2'
     """
-    return re.sub(r"\W+", "_", mode.removeprefix("policy[").removesuffix("]")).strip("_")
+    return at_scale_name(mode, "policy[")
 
 
 #: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name):

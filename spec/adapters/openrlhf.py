@@ -37,7 +37,6 @@ import functools
 import importlib.machinery
 import importlib.util
 import os
-import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -49,19 +48,10 @@ import torch
 from sigma_ref.conformance import Adapter
 from sigma_ref.objectives import Objective
 
-from ._peers import Peer, ScaleOut, lazy, per_token
+from ._common import LOSS_PROPERTIES, at_scale_name, ppo_objective, suite_loss
+from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
-__all__ = [
-    "PEER",
-    "ADAPTERS",
-    "NOT_APPLICABLE",
-    "VARIANTS",
-    "LOSS_ONLY",
-    "SCALEOUT",
-    "AT_SCALE",
-    "available",
-    "unavailable",
-]
+__all__ = [*MODULE_API, "VARIANTS", "LOSS_ONLY", "SCALEOUT", "AT_SCALE"]
 
 PEER = Peer("openrlhf", "openrlhf", "0.11.2", title="OpenRLHF")
 
@@ -84,15 +74,8 @@ _STAND_IN_MODULES: dict[str, tuple[str, ...]] = {
     ),
 }
 
-
-def available() -> bool:
-    """Whether OpenRLHF is installed."""
-    return PEER.unavailable() is None
-
-
-def unavailable() -> str | None:
-    """Why OpenRLHF cannot be used, or ``None``."""
-    return PEER.unavailable()
+available = PEER.available
+unavailable = PEER.unavailable
 
 
 def _stand_in(name: str) -> types.ModuleType:
@@ -211,60 +194,61 @@ def _advantages(
     return advantages
 
 
+def _call(
+    policy_loss: Any,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kl: tuple[str, float] | None = None,
+    ref_logp: torch.Tensor | None = None,
+    **keywords: Any,
+) -> torch.Tensor:
+    """``policy_loss(log_probs, old_log_probs, A_i mask_it, action_mask=mask, **keywords)[0]`` as
+    ``PPOActor.training_step`` calls it; with ``kl = (estimator, coef)``, plus
+    ``aggregate_loss(compute_approx_kl(...), mask, **loss_batch_info) * coef`` on ``ref_logp`` (None:
+    ``logp`` detached), as it adds the KL loss with ``algo.kl.use_loss``."""
+    out: torch.Tensor = policy_loss(
+        logp, old_logp, per_token(advantages, mask), action_mask=mask, **keywords
+    )[0]
+    if kl is not None:
+        o = _openrlhf()
+        estimator, coef = kl
+        ref = logp.detach() if ref_logp is None else ref_logp
+        approx = o.compute_approx_kl(logp, ref, log_probs_old=old_logp, kl_estimator=estimator)
+        info = {k: v for k, v in keywords.items() if k != "rollout_log_probs"}
+        out = out + o.aggregate_loss(approx, mask, **info) * coef
+    return out
+
+
 def _policy_loss(mode: str, **options: Any) -> Callable[..., torch.Tensor]:
     """``PolicyLoss(token_level_loss=..., **options)`` called as ``PPOActor.training_step`` calls it."""
 
-    def loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        rollout_logp: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def call(old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, **inputs: Any) -> torch.Tensor:
         fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean", **options)
         rollout = old_logp if rollout_logp is None else rollout_logp
-        out: torch.Tensor = fn(
-            logp, old_logp, per_token(advantages, mask), action_mask=mask, rollout_log_probs=rollout
-        )[0]
-        return out
+        return _call(fn, old_logp=old_logp, **inputs, rollout_log_probs=rollout)
 
     extra = "".join(f", {k}={v}" for k, v in options.items())
-    loss.__name__ = f"openrlhf_PolicyLoss[{mode}{extra}]"
-    return loss
+    return suite_loss(call, f"openrlhf_PolicyLoss[{mode}{extra}]", extras=["rollout_logp"])
 
 
 def _loss(mode: str) -> Callable[..., torch.Tensor]:
-    def loss(
-        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean")
-        out: torch.Tensor = fn(logp, old_logp, per_token(advantages, mask), action_mask=mask)[0]
-        return out
+    def call(**inputs: Any) -> torch.Tensor:
+        return _call(_openrlhf().PolicyLoss(token_level_loss=mode == "token-mean"), **inputs)
 
-    loss.__name__ = f"openrlhf_PolicyLoss[{mode}]"
-    return loss
+    return suite_loss(call, f"openrlhf_PolicyLoss[{mode}]")
 
 
 def _kl_loss(estimator: str, coef: float) -> Callable[..., torch.Tensor]:
     """The PPO loss (token-mean) plus ``aggregate_loss(compute_approx_kl(...)) * kl_ctl``, as
     ``PPOActor.training_step`` adds it with ``algo.kl.use_loss``."""
 
-    def loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        ref_logp: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        o = _openrlhf()
-        ref = logp.detach() if ref_logp is None else ref_logp
-        actor = o.PolicyLoss()(logp, old_logp, per_token(advantages, mask), action_mask=mask)[0]
-        kl = o.compute_approx_kl(logp, ref, log_probs_old=old_logp, kl_estimator=estimator)
-        total: torch.Tensor = actor + o.aggregate_loss(kl, mask) * coef
-        return total
+    def call(**inputs: Any) -> torch.Tensor:
+        return _call(_openrlhf().PolicyLoss(), **inputs, kl=(estimator, coef))
 
-    loss.__name__ = f"openrlhf_PolicyLoss+kl_loss[{estimator}, coef={coef:g}]"
-    return loss
+    return suite_loss(call, f"openrlhf_PolicyLoss+kl_loss[{estimator}, coef={coef:g}]", extras=["ref_logp"])
 
 
 def _at_scale(
@@ -277,38 +261,32 @@ def _at_scale(
     ``PPOActor.training_step`` adds it (on ``ref_logp``); the rollout's log-probs reach the
     importance-sampling correction as ``rollout_log_probs``."""
 
-    def loss(
-        logp: torch.Tensor,
+    def call(
         old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        *,
         dp_size: int,
         global_num_tokens: int,
         global_num_seqs: int,
         micro_batches: int,
-        ref_logp: torch.Tensor | None = None,
-        rollout_logp: torch.Tensor | None = None,
+        rollout_logp: torch.Tensor | None,
+        **inputs: Any,
     ) -> torch.Tensor:
-        o = _openrlhf()
-        fn = o.PolicyLoss(token_level_loss=mode == "token-mean", **dict(options))
-        info = {
+        fn = _openrlhf().PolicyLoss(token_level_loss=mode == "token-mean", **dict(options))
+        info: dict[str, Any] = {
             "dp_size": dp_size,
             "batch_num_tokens": torch.tensor(float(global_num_tokens), dtype=torch.float32) / micro_batches,
             "global_batch_size": torch.tensor(float(global_num_seqs), dtype=torch.float32) / micro_batches,
         }
         rollout = old_logp if rollout_logp is None else rollout_logp
-        adv = per_token(advantages, mask)
-        out: torch.Tensor = fn(logp, old_logp, adv, action_mask=mask, rollout_log_probs=rollout, **info)[0]
-        if kl is not None:
-            ref = logp.detach() if ref_logp is None else ref_logp
-            approx = o.compute_approx_kl(logp, ref, log_probs_old=old_logp, kl_estimator=kl)
-            out = out + o.aggregate_loss(approx, mask, **info) * kl_coef
-        return out
+        terms = None if kl is None else (kl, kl_coef)
+        return _call(fn, old_logp=old_logp, **inputs, kl=terms, rollout_log_probs=rollout, **info)
 
     extra = "".join(f", {k}={v}" for k, v in options) + (f", kl {kl}" if kl else "")
-    loss.__name__ = f"openrlhf_PolicyLoss[{mode}{extra}, loss_batch_info]"
-    return loss
+    return suite_loss(
+        call,
+        f"openrlhf_PolicyLoss[{mode}{extra}, loss_batch_info]",
+        keywords=["dp_size", "global_num_tokens", "global_num_seqs", "micro_batches"],
+        keyword_extras=["ref_logp", "rollout_logp"],
+    )
 
 
 _TOKEN_MEAN = _loss("token-mean")
@@ -321,7 +299,7 @@ KL_COEF = 0.1
 
 
 def _ppo(aggregation: str, **kw: Any) -> Objective:
-    return Objective("ppo", eps_low=_EPS, eps_high=kw.pop("eps_high", _EPS), aggregation=aggregation, **kw)
+    return ppo_objective(aggregation, eps=_EPS, **kw)
 
 
 def _adapter(
@@ -409,17 +387,12 @@ ADAPTERS.update(
 #: The objective variants are checked on their loss only (their advantage is ``group_norm``'s); with
 #: a KL term the loss has a gradient at ratio 1 beyond the policy's, so only the objective.
 LOSS_ONLY: dict[str, tuple[str, ...]] = {
-    **{
-        mode: ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
-        for mode in VARIANTS
-    },
+    **{mode: LOSS_PROPERTIES for mode in VARIANTS},
     **{f"kl[{est}]": ("loss_objective",) for est in ("k1", "k2", "k3")},
 }
 
 
-def _attr(mode: str) -> str:
-    """A row's name as an attribute of :data:`AT_SCALE`: ``policy[dual_clip=3]`` -> ``policy_dual_clip_3``."""
-    return re.sub(r"\W+", "_", mode).strip("_")
+_attr = at_scale_name
 
 
 #: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name): the

@@ -28,9 +28,9 @@ import torch
 from sigma_ref.compat import post
 from sigma_ref.conformance import Adapter
 
-from ._peers import Peer
+from ._peers import MODULE_API, Peer
 
-__all__ = ["PEER", "ADAPTERS", "NOT_APPLICABLE", "available", "unavailable"]
+__all__ = [*MODULE_API]
 
 PEER = Peer("sigma-ref", "sigma_ref.compat.post", "0.1", title="seed post")
 

@@ -42,34 +42,23 @@ column runs SkyRL's function on the step's mask (``AT_SCALE.scale_<loss_reductio
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import Objective
 
-from ._peers import Peer, ScaleOut, lazy, per_token
+from ._common import LOSS_PROPERTIES, ppo_objective, registry_estimators, suite_loss, token_rows
+from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
-__all__ = [
-    "PEER",
-    "ADAPTERS",
-    "NOT_APPLICABLE",
-    "NOTES",
-    "LOSS_ONLY",
-    "OBJECTIVE_NOTES",
-    "SCALEOUT",
-    "AT_SCALE",
-    "LOSS_REDUCTIONS",
-    "available",
-    "unavailable",
-]
+__all__ = [*MODULE_API, "NOTES", "LOSS_ONLY", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE", "LOSS_REDUCTIONS"]
 
 PEER = Peer("skyrl", "skyrl", "0.3.0", title="SkyRL")
 
@@ -81,16 +70,8 @@ LOSS_REDUCTIONS: dict[str, str] = {
     "sequence_mean": "seq-mean-token-mean",
     "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
 }
-
-
-def available() -> bool:
-    """Whether SkyRL is installed."""
-    return PEER.unavailable() is None
-
-
-def unavailable() -> str | None:
-    """Why SkyRL cannot be used, or ``None``."""
-    return PEER.unavailable()
+available = PEER.available
+unavailable = PEER.unavailable
 
 
 @lazy
@@ -128,64 +109,48 @@ def _config(policy: str, reduction: str, max_seq_len: int) -> Any:
     return _config_class()(policy_loss_type=policy, loss_reduction=reduction, max_seq_len=max_seq_len)
 
 
-def _estimator(name: str, **options: Any) -> Callable[[torch.Tensor, np.ndarray], torch.Tensor]:
-    def advantages(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
-        fn = _ppo_utils().AdvantageEstimatorRegistry.get(name)
-        scores = rewards.reshape(-1, 1)
-        adv, _returns = fn(
-            token_level_rewards=scores,
-            response_mask=torch.ones_like(scores),
-            index=np.asarray(index),
-            **options,
-        )
-        out: torch.Tensor = adv[:, 0]
-        return out
-
-    advantages.__name__ = f"skyrl_{name}"
-    return advantages
+#: SkyRL's estimators (``AdvantageEstimatorRegistry.get(name)``, looked up at each call).
+_estimator, _token_estimator = registry_estimators(
+    lambda name: _ppo_utils().AdvantageEstimatorRegistry.get(name), "skyrl"
+)
 
 
-def _token_estimator(name: str, **options: Any) -> Callable[..., Any]:
-    def advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray) -> Any:
-        fn = _ppo_utils().AdvantageEstimatorRegistry.get(name)
-        return fn(
-            token_level_rewards=token_level_rewards,
-            response_mask=response_mask,
-            index=np.asarray(index),
-            **options,
-        )
-
-    advantages.__name__ = f"skyrl_{name}_token_level"
-    return advantages
+def _policy_call(
+    policy: str,
+    reduction: str,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    prompt_boundaries: list[tuple[int, int]] | None = None,
+) -> torch.Tensor:
+    """SkyRL's policy loss ``policy`` after its advantage pre-scaling for ``reduction``, one mini-batch
+    that is one micro-batch. In float32, as SkyRL's workers hold them: its ratio is exp of a float32
+    log-ratio (torch_utils.safe_exp_delta), so float64 inputs would still get a float32 gradient."""
+    pu = _ppo_utils()
+    n, width = mask.shape
+    logp, old_logp, mask = logp.float(), old_logp.float(), mask.float()
+    extra = {} if prompt_boundaries is None else {"prompt_boundaries": prompt_boundaries}
+    scaled = pu.apply_loss_reduction_to_advantages_minibatch(
+        advantages=per_token(advantages.float(), mask),
+        loss_mask=mask,
+        loss_reduction=reduction,
+        micro_batch_size=n,
+        max_seq_len=width,
+        **extra,
+    )
+    config = _config(policy, reduction, width)
+    out, _metrics = pu.PolicyLossRegistry.get(policy)(
+        logp, old_logp, scaled, config, loss_mask=mask, rollout_logprobs=None
+    )
+    result: torch.Tensor = out
+    return result
 
 
 def _loss(policy: str, reduction: str) -> Callable[..., torch.Tensor]:
     """SkyRL's policy loss ``policy`` after its advantage pre-scaling for ``reduction``."""
-
-    def loss(
-        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        pu = _ppo_utils()
-        n, width = mask.shape
-        config = _config(policy, reduction, width)
-        # float32, as SkyRL's workers hold them: its ratio is exp of a float32 log-ratio
-        # (torch_utils.safe_exp_delta), so float64 inputs would still get a float32 gradient
-        logp, old_logp, mask = logp.float(), old_logp.float(), mask.float()
-        scaled = pu.apply_loss_reduction_to_advantages_minibatch(
-            advantages=per_token(advantages.float(), mask),
-            loss_mask=mask,
-            loss_reduction=reduction,
-            micro_batch_size=n,
-            max_seq_len=width,
-        )
-        out, _metrics = pu.PolicyLossRegistry.get(policy)(
-            logp, old_logp, scaled, config, loss_mask=mask, rollout_logprobs=None
-        )
-        result: torch.Tensor = out
-        return result
-
-    loss.__name__ = f"skyrl_policy_loss[{policy}, loss_reduction={reduction}]"
-    return loss
+    name = f"skyrl_policy_loss[{policy}, loss_reduction={reduction}]"
+    return suite_loss(functools.partial(_policy_call, policy, reduction), name)
 
 
 #: SkyRL's clip defaults (``AlgorithmConfig``): ``eps_clip_low`` = ``eps_clip_high`` = 0.2,
@@ -194,7 +159,7 @@ _EPS, _DUAL = 0.2, 3.0
 
 
 def _ppo(aggregation: str, **kw: Any) -> Objective:
-    return Objective("ppo", eps_low=_EPS, eps_high=_EPS, aggregation=aggregation, **kw)
+    return ppo_objective(aggregation, eps=_EPS, **kw)
 
 
 _GRPO = _estimator("grpo", grpo_norm_by_std=True)
@@ -232,19 +197,14 @@ ADAPTERS: dict[str, Adapter] = {
     "maxrl": _adapter(_estimator("maxrl"), None, "advantage_estimator=maxrl"),
 }
 ADAPTERS.update(
-    {
-        f"{name}[token]": Adapter(
-            _token_estimator(name, **options),
-            "token",
-            convention=convention,
-            returns="advantages",
-            name=f"skyrl {name} (token level)",
-        )
-        for name, options, convention in (
+    token_rows(
+        _token_estimator,
+        "skyrl",
+        (
             ("grpo", {"grpo_norm_by_std": True}, "verl"),
             ("rloo", {}, "rloo"),
-        )
-    }
+        ),
+    )
 )
 ADAPTERS.update(
     {
@@ -271,39 +231,21 @@ def _prompt_mean_loss() -> Callable[..., torch.Tensor]:
     samples together) and the token sum is taken there, so the loss does not depend on the order.
     """
 
-    def loss(
+    def call(
         logp: torch.Tensor,
         old_logp: torch.Tensor,
         advantages: torch.Tensor,
         mask: torch.Tensor,
-        *,
         prompt_index: torch.Tensor,
     ) -> torch.Tensor:
-        pu = _ppo_utils()
         order = torch.argsort(prompt_index.reshape(-1).cpu(), stable=True).to(mask.device)
-        logp, old_logp, mask = logp[order].float(), old_logp[order].float(), mask[order].float()
-        n, width = mask.shape
-        scaled = pu.apply_loss_reduction_to_advantages_minibatch(
-            advantages=per_token(advantages[order].float(), mask),
-            loss_mask=mask,
-            loss_reduction="prompt_mean",
-            micro_batch_size=n,
-            max_seq_len=width,
-            prompt_boundaries=_prompt_boundaries(prompt_index.reshape(-1)[order.cpu()]),
-        )
-        out, _metrics = pu.PolicyLossRegistry.get("regular")(
-            logp,
-            old_logp,
-            scaled,
-            _config("regular", "prompt_mean", width),
-            loss_mask=mask,
-            rollout_logprobs=None,
-        )
-        result: torch.Tensor = out
-        return result
+        boundaries = _prompt_boundaries(prompt_index.reshape(-1)[order.cpu()])
+        sorted_inputs = (logp[order], old_logp[order], advantages[order], mask[order])
+        return _policy_call("regular", "prompt_mean", *sorted_inputs, prompt_boundaries=boundaries)
 
-    loss.__name__ = "skyrl_policy_loss[regular, loss_reduction=prompt_mean]"
-    return loss
+    return suite_loss(
+        call, "skyrl_policy_loss[regular, loss_reduction=prompt_mean]", keywords=["prompt_index"]
+    )
 
 
 # The oracle's Objective aggregates with the five modes; prompt-mean's weights need the prompts, so
@@ -338,9 +280,8 @@ ADAPTERS.update(
 OBJECTIVE_NOTES: dict[str, str] = {
     "policy[sapo]": "sapo: sigmoid gate 4/tau sigmoid(tau (r - 1)), tau 1 / 1.05, not in the oracle",
 }
-_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
 #: The loss variants share the ``grpo`` row's advantage: the matrix runs their loss properties only.
-LOSS_ONLY: dict[str, tuple[str, ...]] = {f"policy[{p}]": _LOSS_PROPERTIES for p in POLICIES}
+LOSS_ONLY: dict[str, tuple[str, ...]] = {f"policy[{p}]": LOSS_PROPERTIES for p in POLICIES}
 
 NOTES: dict[str, str] = {
     "loss[token_mean_legacy]": "Level 5 by design: SkyRL's legacy reduction divides each micro-batch by "
@@ -361,24 +302,21 @@ def _at_scale(policy: str) -> Callable[..., torch.Tensor]:
     (no division by the micro-batches: ``loss_scale`` ``none``).
     """
 
-    def loss(
+    def call(
         logp: torch.Tensor,
         old_logp: torch.Tensor,
         advantages: torch.Tensor,
         mask: torch.Tensor,
-        *,
         world_size: int,
     ) -> torch.Tensor:
-        pu = _ppo_utils()
         config = _config(policy, "token_mean", mask.shape[1])
-        out, _metrics = pu.PolicyLossRegistry.get(policy)(
+        out, _metrics = _ppo_utils().PolicyLossRegistry.get(policy)(
             logp, old_logp, per_token(advantages, mask), config, loss_mask=mask, rollout_logprobs=None
         )
         result: torch.Tensor = out * world_size
         return result
 
-    loss.__name__ = f"skyrl_policy_loss_at_scale[{policy}]"
-    return loss
+    return suite_loss(call, f"skyrl_policy_loss_at_scale[{policy}]", keywords=["world_size"])
 
 
 def _scaler(reduction: str) -> Callable[..., torch.Tensor]:

@@ -51,30 +51,17 @@ import torch
 
 from sigma_ref.conformance import Adapter
 
-from ._peers import Peer, lazy
+from ._peers import MODULE_API, Peer
 
-__all__ = ["PEER", "ADAPTERS", "NOT_APPLICABLE", "NOTES", "available", "unavailable"]
+__all__ = [*MODULE_API, "NOTES"]
 
 PEER = Peer("ms-swift", "swift", "4.6.0", title="ms-swift")
+available = PEER.available
+unavailable = PEER.unavailable
 
 
-def available() -> bool:
-    """Whether ms-swift is installed."""
-    return PEER.unavailable() is None
-
-
-def unavailable() -> str | None:
-    """Why ms-swift cannot be used, or ``None``."""
-    return PEER.unavailable()
-
-
-@lazy
-def _advantage_module() -> Any:
-    """``swift.rl_core.advantage`` (imports swift on first use)."""
-    PEER.require()
-    from swift.rl_core import advantage
-
-    return advantage
+#: ``swift.rl_core.advantage`` (imports swift on first use).
+_advantage_module = PEER.importer("swift.rl_core.advantage")
 
 
 def _weights() -> torch.Tensor:
@@ -82,17 +69,21 @@ def _weights() -> torch.Tensor:
     return torch.ones(1, dtype=torch.float32)
 
 
+def _compute(function: str, estimator: str, scale: str, **inputs: Any) -> torch.Tensor:
+    """``advantage.<function>(..., reward_weights, advantage_estimator, scale_rewards)``'s advantages."""
+    out, _rewards = getattr(_advantage_module(), function)(
+        reward_weights=_weights(), advantage_estimator=estimator, scale_rewards=scale, **inputs
+    )
+    result: torch.Tensor = out
+    return result
+
+
 def _grouped(estimator: str, scale: str) -> Callable[[torch.Tensor, int], torch.Tensor]:
     def advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-        out, _rewards = _advantage_module().compute_advantages(
-            rewards_per_func=rewards.reshape(-1, 1),
-            reward_weights=_weights(),
-            num_generations=group_size,
-            advantage_estimator=estimator,
-            scale_rewards=scale,
+        per_func = rewards.reshape(-1, 1)
+        return _compute(
+            "compute_advantages", estimator, scale, rewards_per_func=per_func, num_generations=group_size
         )
-        result: torch.Tensor = out
-        return result
 
     advantages.__name__ = f"swift_compute_advantages[{estimator}, scale_rewards={scale}]"
     return advantages
@@ -103,16 +94,15 @@ def _dynamic(estimator: str, scale: str) -> Callable[[torch.Tensor, np.ndarray],
         ids = [f"prompt-{i}" for i in np.asarray(index).tolist()]
         per_func = torch.zeros((rewards.shape[0], 1), dtype=torch.float32, device=rewards.device)
         per_func[:, 0] = rewards.detach()
-        out, _rewards = _advantage_module().compute_advantages_dynamic(
+        requests = [f"request-{j}" for j in range(len(ids))]
+        return _compute(
+            "compute_advantages_dynamic",
+            estimator,
+            scale,
             rewards_per_func=per_func,
-            reward_weights=_weights(),
             prompt_ids=ids,
-            request_ids=[f"request-{j}" for j in range(len(ids))],
-            advantage_estimator=estimator,
-            scale_rewards=scale,
+            request_ids=requests,
         )
-        result: torch.Tensor = out
-        return result
 
     advantages.__name__ = f"swift_compute_advantages_dynamic[{estimator}, scale_rewards={scale}]"
     return advantages

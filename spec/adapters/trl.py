@@ -36,7 +36,6 @@ import functools
 import inspect
 import math
 import os
-import re
 import tempfile
 import textwrap
 import types
@@ -48,15 +47,13 @@ import torch
 
 from sigma_ref._vocabulary import TRL_LOSS_TYPES
 from sigma_ref.conformance import Adapter
-from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import Objective, resolve_aggregation
 
-from ._peers import Peer, ScaleOut, lazy
+from ._common import LOSS_PROPERTIES, at_scale_name, loss_type_scaleout, ppo_objective, suite_loss
+from ._peers import MODULE_API, Peer, ScaleOut, lazy
 
 __all__ = [
-    "PEER",
-    "ADAPTERS",
-    "NOT_APPLICABLE",
+    *MODULE_API,
     "LOSS_TYPES",
     "LOSS_ONLY",
     "OBJECTIVES",
@@ -66,8 +63,6 @@ __all__ = [
     "NOTES",
     "SCALEOUT",
     "AT_SCALE",
-    "available",
-    "unavailable",
     "advantage_block",
     "importance_sampling_block",
     "vllm_importance_sampling_ratio",
@@ -77,25 +72,12 @@ PEER = Peer("trl", "trl", "1.16.0", title="TRL")
 
 #: ``GRPOConfig.loss_type`` values of TRL 1.16.0 (default ``dapo``).
 LOSS_TYPES: tuple[str, ...] = TRL_LOSS_TYPES
+available = PEER.available
+unavailable = PEER.unavailable
 
 
-def available() -> bool:
-    """Whether TRL is installed."""
-    return PEER.unavailable() is None
-
-
-def unavailable() -> str | None:
-    """Why TRL cannot be used, or ``None``."""
-    return PEER.unavailable()
-
-
-@lazy
-def _grpo_module() -> Any:
-    """``trl.trainer.grpo_trainer`` (imports TRL on first use)."""
-    PEER.require()
-    from trl.trainer import grpo_trainer
-
-    return grpo_trainer
+#: ``trl.trainer.grpo_trainer`` (imports TRL on first use).
+_grpo_module = PEER.importer("trl.trainer.grpo_trainer")
 
 
 def _assigns(node: ast.stmt, name: str, call: str) -> bool:
@@ -383,28 +365,16 @@ def _compute_loss(
 
 
 def _loss(loss_type: str, **options: Any) -> Callable[..., torch.Tensor]:
-    """``_compute_loss`` of ``GRPOConfig(loss_type=loss_type, **options)``, one process, no accumulation."""
+    """``_compute_loss`` of ``GRPOConfig(loss_type=loss_type, **options)``, one process, no accumulation
+    (a KL ``beta`` reads ``ref_logp``)."""
     frozen = tuple(sorted(options.items()))
 
-    def loss(
-        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return _compute_loss(_stand_in(loss_type, frozen), logp, old_logp, advantages, mask, mask.sum())
+    def call(mask: torch.Tensor, **inputs: Any) -> torch.Tensor:
+        return _compute_loss(_stand_in(loss_type, frozen), mask=mask, num_items_in_batch=mask.sum(), **inputs)
 
-    def kl_loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        ref_logp: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        trainer = _stand_in(loss_type, frozen)
-        return _compute_loss(trainer, logp, old_logp, advantages, mask, mask.sum(), ref_logp)
-
-    fn = kl_loss if options.get("beta") else loss
     extra = "".join(f", {k}={v}" for k, v in frozen)
-    fn.__name__ = f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}{extra}]"
-    return fn
+    name = f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}{extra}]"
+    return suite_loss(call, name, extras=["ref_logp"] if options.get("beta") else [])
 
 
 @functools.cache
@@ -421,24 +391,34 @@ def _vllm_is_loss(loss_type: str, mode: str, clip_max: float) -> Callable[..., t
     """``_compute_loss`` under vLLM's importance-sampling correction: the ratio from TRL's own block
     (:func:`vllm_importance_sampling_ratio`) on the trainer's ``old_logp`` and the rollout's log-probs."""
 
-    def loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        rollout_logp: torch.Tensor | None = None,
+    def call(
+        old_logp: torch.Tensor, mask: torch.Tensor, rollout_logp: torch.Tensor | None, **inputs: Any
     ) -> torch.Tensor:
-        rollout = old_logp if rollout_logp is None else rollout_logp
-        rho = vllm_importance_sampling_ratio(old_logp, rollout, mask, mode=mode, clip_max=clip_max)
+        rho = _vllm_ratio(old_logp, rollout_logp, mask, mode, clip_max)
         trainer = _stand_in_vllm(loss_type)
-        items = mask.sum()
-        return _compute_loss(trainer, logp, old_logp, advantages, mask, items, importance_sampling_ratio=rho)
+        return _compute_loss(
+            trainer,
+            old_logp=old_logp,
+            mask=mask,
+            num_items_in_batch=mask.sum(),
+            **inputs,
+            importance_sampling_ratio=rho,
+        )
 
-    loss.__name__ = (
+    name = (
         f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}, use_vllm, "
         f"vllm_importance_sampling_mode={mode}, vllm_importance_sampling_clip_max={clip_max:g}]"
     )
-    return loss
+    return suite_loss(call, name, extras=["rollout_logp"])
+
+
+def _vllm_ratio(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, mask: torch.Tensor, mode: str, clip_max: float
+) -> torch.Tensor:
+    """:func:`vllm_importance_sampling_ratio` of a loss call (``rollout_logp`` None: the rollout is
+    ``old_logp``)."""
+    rollout = old_logp if rollout_logp is None else rollout_logp
+    return vllm_importance_sampling_ratio(old_logp, rollout, mask, mode=mode, clip_max=clip_max)
 
 
 def _at_scale(
@@ -449,35 +429,36 @@ def _at_scale(
     ``options``: the row's ``GRPOConfig`` options (a KL ``beta`` reads ``ref_logp``); ``vllm_is``: the
     row's ``vllm_importance_sampling_mode`` (TRL's own ratio block on ``old_logp`` and ``rollout_logp``)."""
 
-    def loss(
+    def call(
         logp: torch.Tensor,
         old_logp: torch.Tensor,
-        advantages: torch.Tensor,
         mask: torch.Tensor,
-        *,
         global_num_tokens: int,
         world_size: int,
         micro_batches: int,
-        ref_logp: torch.Tensor | None = None,
-        rollout_logp: torch.Tensor | None = None,
+        rollout_logp: torch.Tensor | None,
+        **inputs: Any,
     ) -> torch.Tensor:
         trainer = _stand_in_at_scale(loss_type, world_size, micro_batches, options, vllm_is is not None)
         items = torch.tensor(float(global_num_tokens), dtype=logp.dtype)
-        rho = None
-        if vllm_is is not None:
-            rollout = old_logp if rollout_logp is None else rollout_logp
-            rho = vllm_importance_sampling_ratio(
-                old_logp, rollout, mask, mode=vllm_is, clip_max=VLLM_CLIP_MAX
-            )
+        rho = None if vllm_is is None else _vllm_ratio(old_logp, rollout_logp, mask, vllm_is, VLLM_CLIP_MAX)
         return _compute_loss(
-            trainer, logp, old_logp, advantages, mask, items, ref_logp, importance_sampling_ratio=rho
+            trainer,
+            logp,
+            old_logp,
+            mask=mask,
+            num_items_in_batch=items,
+            **inputs,
+            importance_sampling_ratio=rho,
         )
 
     extra = "".join(f", {k}={v}" for k, v in options) + (f", vllm {vllm_is}" if vllm_is else "")
-    loss.__name__ = (
-        f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}{extra}, W processes, M accumulation steps]"
+    return suite_loss(
+        call,
+        f"trl_GRPOTrainer._compute_loss[loss_type={loss_type}{extra}, W processes, M accumulation steps]",
+        keywords=["global_num_tokens", "world_size", "micro_batches"],
+        keyword_extras=["ref_logp", "rollout_logp"],
     )
-    return loss
 
 
 _DEFAULT_LOSS = _loss("dapo")
@@ -487,7 +468,7 @@ _EPS = 0.2
 
 
 def _ppo(loss_type: str, **kw: Any) -> Objective:
-    return Objective("ppo", eps_low=_EPS, eps_high=kw.pop("eps_high", _EPS), aggregation=loss_type, **kw)
+    return ppo_objective(loss_type, eps=_EPS, **kw)
 
 
 #: The objective each ``loss_type`` computes with TRL's defaults, where the oracle has it: PPO's
@@ -642,9 +623,6 @@ OBJECTIVE_NOTES: dict[str, str] = {
     "loss[vespo]": "vespo: Gamma weights of the sequence ratio, not in the oracle",
 }
 
-#: The loss properties the matrix runs on a loss variant (its advantage is the ``group`` row's).
-_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
-
 #: The objective variants are checked on their loss only (their advantage is the ``group`` row's);
 #: with a KL term the loss has a gradient at ratio 1 beyond the policy's, so only the objective.
 LOSS_ONLY: dict[str, tuple[str, ...]] = {
@@ -652,49 +630,33 @@ LOSS_ONLY: dict[str, tuple[str, ...]] = {
     if "beta" in options and objective is not None
     else ("loss_ignores_padding",)
     if "beta" in options
-    else _LOSS_PROPERTIES
+    else LOSS_PROPERTIES
     for mode, (_t, options, objective) in VARIANTS.items()
 }
-LOSS_ONLY.update({mode: _LOSS_PROPERTIES for mode in VLLM_IS})
+LOSS_ONLY.update({mode: LOSS_PROPERTIES for mode in VLLM_IS})
 
-
-def _attr(mode: str) -> str:
-    """A row's name as an attribute of :data:`AT_SCALE`: ``loss[dapo, delta=1.5]`` -> ``dapo_delta_1_5``."""
-    return re.sub(r"\W+", "_", mode.removeprefix("loss[").removesuffix("]")).strip("_")
-
-
+_HOW = "num_items_in_batch, num_processes, gradient_accumulation_steps"
+# per_device_train_batch_size: every micro-batch holds as many responses (sizes "equal"); the variants
+# are predicted where the oracle has the objective and it is a policy gradient at ratio 1 (a k3 term
+# is, at ref_logp = logp; the ratio-weighted k3 of use_bias_correction_kl is not in the oracle)
+_AT_SCALE, _SCALE = loss_type_scaleout(_at_scale, LOSS_TYPES, VARIANTS, how=_HOW, sizes="equal")
 #: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name): every
 #: ``loss_type``, every variant with its options and every vLLM importance-sampling mode.
 AT_SCALE = types.SimpleNamespace(
-    **{t: _at_scale(t) for t in LOSS_TYPES},
-    **{_attr(mode): _at_scale(t, tuple(sorted(o.items()))) for mode, (t, o, _obj) in VARIANTS.items()},
-    **{_attr(mode): _at_scale(t, vllm_is=is_mode) for mode, (t, is_mode, _obj) in VLLM_IS.items()},
-)
-_HOW = "num_items_in_batch, num_processes, gradient_accumulation_steps"
-_SCALE: dict[str, ScaleOut] = {
-    t: ScaleOut(
-        t,
-        resolve_aggregation(t),
-        constant=HORIZON if t == "dr_grpo" else None,
-        how=_HOW,
-        sizes="equal",  # per_device_train_batch_size: every micro-batch holds as many responses
-    )
-    for t in LOSS_TYPES
-}
-#: The level-5 column: every ``loss_type`` on W processes with M accumulation steps (the advantage
-#: rows use the default ``dapo``).
-SCALEOUT: dict[str, ScaleOut | str] = {
-    **{mode: _SCALE["dapo"] for mode in ("group", "batch", "none", "normalize_then_sum")},
-    **{f"loss[{t}]": _SCALE[t] for t in LOSS_TYPES},
-    # the variants and vLLM modes: their own loss at scale, predicted where the oracle has the objective
-    # and it is a policy gradient at ratio 1 (a k3 term is, at ref_logp = logp; the ratio-weighted k3
-    # of use_bias_correction_kl is not in the oracle)
+    **_AT_SCALE,
     **{
-        mode: ScaleOut(_attr(mode), resolve_aggregation(t) if obj is not None else None, how=_HOW)
-        for mode, (t, _o, obj) in VARIANTS.items()
+        at_scale_name(mode, "loss["): _at_scale(t, vllm_is=is_mode)
+        for mode, (t, is_mode, _obj) in VLLM_IS.items()
     },
+)
+#: The level-5 column: every ``loss_type`` on W processes with M accumulation steps (the advantage
+#: rows use the default ``dapo``), the variants and the vLLM modes with their own loss.
+SCALEOUT: dict[str, ScaleOut | str] = {
+    **{mode: _SCALE["loss[dapo]"] for mode in ("group", "batch", "none", "normalize_then_sum")},
+    **_SCALE,
     **{
-        mode: ScaleOut(_attr(mode), resolve_aggregation(t), how=_HOW) for mode, (t, _m, _o) in VLLM_IS.items()
+        mode: ScaleOut(at_scale_name(mode, "loss["), resolve_aggregation(t), how=_HOW)
+        for mode, (t, _m, _o) in VLLM_IS.items()
     },
 }
 

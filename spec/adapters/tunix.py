@@ -76,20 +76,9 @@ from sigma_ref.conformance.adapter import ALL_DTYPES
 from sigma_ref.conformance.frameworks import jax_function, jax_loss
 from sigma_ref.conformance.scaleout import spmd_loss
 
-from ._peers import Peer, ScaleOut, lazy
+from ._peers import MODULE_API, Peer, ScaleOut, lazy
 
-__all__ = [
-    "PEER",
-    "ADAPTERS",
-    "NOT_APPLICABLE",
-    "LOSS_ONLY",
-    "AGGREGATION_MODES",
-    "NOTES",
-    "SCALEOUT",
-    "AT_SCALE",
-    "available",
-    "unavailable",
-]
+__all__ = [*MODULE_API, "LOSS_ONLY", "AGGREGATION_MODES", "NOTES", "SCALEOUT", "AT_SCALE"]
 
 PEER = Peer("google-tunix", "tunix", "0.1.7", title="tunix")
 
@@ -106,15 +95,8 @@ AGGREGATION_MODES: dict[str, str] = {
 DEFAULT_MODE = "sequence-mean-token-mean"
 EPSILON = 0.2
 
-
-def available() -> bool:
-    """Whether tunix is installed."""
-    return PEER.unavailable() is None
-
-
-def unavailable() -> str | None:
-    """Why tunix cannot be used, or ``None``."""
-    return PEER.unavailable()
+available = PEER.available
+unavailable = PEER.unavailable
 
 
 @lazy

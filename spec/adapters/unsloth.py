@@ -23,36 +23,23 @@ rollout's log-probs, the ratio computed inside ``grpo_compute_loss`` (``clip_max
 
 from __future__ import annotations
 
-import math
+import functools
 import os
-import re
 import tempfile
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from sigma_ref.conformance import Adapter
-from sigma_ref.conformance.scaleout import HORIZON
-from sigma_ref.objectives import Objective, resolve_aggregation
+from sigma_ref.objectives import Objective
 
 from . import trl as _trl
-from ._peers import Peer, ScaleOut, lazy
+from ._common import LOSS_PROPERTIES, loss_type_scaleout, suite_loss
+from ._peers import MODULE_API, Peer, ScaleOut, lazy
 
-__all__ = [
-    "PEER",
-    "ADAPTERS",
-    "NOT_APPLICABLE",
-    "NOTES",
-    "LOSS_ONLY",
-    "LOSS_TYPES",
-    "OBJECTIVE_NOTES",
-    "SCALEOUT",
-    "AT_SCALE",
-    "available",
-    "unavailable",
-]
+__all__ = [*MODULE_API, "NOTES", "LOSS_ONLY", "LOSS_TYPES", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE"]
 
 PEER = Peer("unsloth-zoo", "unsloth_zoo", "2026.10.9", title="Unsloth")
 
@@ -95,12 +82,12 @@ def _gamma_weights() -> Any:
 
 
 def _call(
+    loss_type: str,
+    options: Mapping[str, Any],
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    loss_type: str,
-    options: dict[str, Any],
     *,
     items: torch.Tensor | None = None,
     accumulation: int = 1,
@@ -108,6 +95,9 @@ def _call(
     ref_logp: torch.Tensor | None = None,
     rollout_logp: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """``grpo_compute_loss`` as Unsloth's trainer calls it: TRL's defaults, ``options`` as keywords
+    (``beta`` positional), the reference log-probs when ``beta`` is set and the rollout's when
+    ``use_vllm`` is (None: ``logp`` / ``old_logp`` detached)."""
     opts = dict(options)
     beta = float(opts.pop("beta", 0.0))
     n, width = mask.shape
@@ -142,35 +132,12 @@ def _call(
 
 
 def _loss(loss_type: str, **options: Any) -> Callable[..., torch.Tensor]:
-    """``grpo_compute_loss`` with ``loss_type`` and ``options``, one process, no accumulation."""
-
-    def loss(
-        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return _call(logp, old_logp, advantages, mask, loss_type, options)
-
-    def kl_loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        ref_logp: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return _call(logp, old_logp, advantages, mask, loss_type, options, ref_logp=ref_logp)
-
-    def vllm_loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        rollout_logp: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return _call(logp, old_logp, advantages, mask, loss_type, options, rollout_logp=rollout_logp)
-
-    fn = kl_loss if options.get("beta") else vllm_loss if options.get("use_vllm") else loss
+    """``grpo_compute_loss`` with ``loss_type`` and ``options``, one process, no accumulation (a KL
+    ``beta`` reads ``ref_logp``, ``use_vllm`` the rollout's ``rollout_logp``)."""
+    extras = ["ref_logp"] if options.get("beta") else ["rollout_logp"] if options.get("use_vllm") else []
     extra = "".join(f", {k}={v}" for k, v in sorted(options.items()))
-    fn.__name__ = f"unsloth_zoo.grpo_compute_loss[loss_type={loss_type}{extra}]"
-    return fn
+    name = f"unsloth_zoo.grpo_compute_loss[loss_type={loss_type}{extra}]"
+    return suite_loss(functools.partial(_call, loss_type, options), name, extras=extras)
 
 
 def _at_scale(loss_type: str, options: tuple[tuple[str, Any], ...] = ()) -> Callable[..., torch.Tensor]:
@@ -179,46 +146,31 @@ def _at_scale(loss_type: str, options: tuple[tuple[str, Any], ...] = ()) -> Call
     token count (every process and micro-batch), ``current_gradient_accumulation_steps`` M,
     ``num_processes`` W; the reference and rollout log-probs by keyword when the options use them."""
 
-    def loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        *,
-        global_num_tokens: int,
-        world_size: int,
-        micro_batches: int,
-        ref_logp: torch.Tensor | None = None,
-        rollout_logp: torch.Tensor | None = None,
+    def call(
+        logp: torch.Tensor, global_num_tokens: int, world_size: int, micro_batches: int, **inputs: Any
     ) -> torch.Tensor:
         items = torch.tensor(float(global_num_tokens), dtype=logp.dtype)
         return _call(
-            logp,
-            old_logp,
-            advantages,
-            mask,
             loss_type,
             dict(options),
+            logp,
+            **inputs,
             items=items,
             accumulation=micro_batches,
             processes=world_size,
-            ref_logp=ref_logp,
-            rollout_logp=rollout_logp,
         )
 
     extra = "".join(f", {k}={v}" for k, v in options)
-    loss.__name__ = (
-        f"unsloth_zoo.grpo_compute_loss[loss_type={loss_type}{extra}, W processes, M accumulation steps]"
+    return suite_loss(
+        call,
+        f"unsloth_zoo.grpo_compute_loss[loss_type={loss_type}{extra}, W processes, M accumulation steps]",
+        keywords=["global_num_tokens", "world_size", "micro_batches"],
+        keyword_extras=["ref_logp", "rollout_logp"],
     )
-    return loss
 
 
 #: TRL's clip default, which Unsloth's trainer passes: ``epsilon`` 0.2 on both sides.
 _EPS = 0.2
-
-
-def _ppo(loss_type: str, **kw: Any) -> Objective:
-    return Objective("ppo", eps_low=_EPS, eps_high=kw.pop("eps_high", _EPS), aggregation=loss_type, **kw)
 
 
 #: The objective each loss type computes with TRL's defaults (which Unsloth's trainer passes), where
@@ -261,32 +213,21 @@ def _adapter(name: str, loss: Callable[..., Any], loss_type: str, objective: Obj
 ADAPTERS: dict[str, Adapter] = {
     f"loss[{t}]": _adapter(f"loss_type={t}", _loss(t), t, OBJECTIVES[t]) for t in LOSS_TYPES
 }
-#: Options of a loss type: ``mode: (loss_type, options, declared objective)``.
+#: Options of a loss type, ``mode: (loss_type, options, declared objective)``: TRL's variants
+#: (``GRPOConfig`` options, which Unsloth's trainer passes to ``grpo_compute_loss`` as keywords) that
+#: the adapter runs, and vLLM's importance sampling (its options, TRL's objectives).
 VARIANTS: dict[str, tuple[str, dict[str, Any], Objective | None]] = {
-    "loss[dapo, epsilon_high=0.28]": ("dapo", {"epsilon_high": 0.28}, _ppo("dapo", eps_high=0.28)),
-    "loss[dapo, delta=1.5]": ("dapo", {"delta": 1.5}, _ppo("dapo", dual_clip=1.5)),
-    "loss[cispo, epsilon_high=5]": (
-        "cispo",
-        {"epsilon_high": 5.0},
-        Objective("cispo", eps_low=math.inf, eps_high=4.0, aggregation="cispo"),
-    ),
-    "loss[grpo, sequence]": (
-        "grpo",
-        {"importance_sampling_level": "sequence"},
-        Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="grpo"),
-    ),
-    "loss[dapo, sequence]": (
-        "dapo",
-        {"importance_sampling_level": "sequence"},
-        Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="dapo"),
-    ),
-    "loss[dapo, beta=0.04, use_bias_correction_kl=False]": (
-        "dapo",
-        {"beta": 0.04, "use_bias_correction_kl": False},
-        _ppo("dapo", kl="k3", kl_coef=0.04),
-    ),
+    mode: _trl.VARIANTS[mode]
+    for mode in (
+        "loss[dapo, epsilon_high=0.28]",
+        "loss[dapo, delta=1.5]",
+        "loss[cispo, epsilon_high=5]",
+        "loss[grpo, sequence]",
+        "loss[dapo, sequence]",
+        "loss[dapo, beta=0.04, use_bias_correction_kl=False]",
+    )
 }
-VLLM_CLIP_MAX = 3.0
+VLLM_CLIP_MAX = _trl.VLLM_CLIP_MAX
 VARIANTS.update(
     {
         f"loss[dapo, vllm {m}]": (
@@ -297,7 +238,7 @@ VARIANTS.update(
                 "vllm_importance_sampling_mode": m,
                 "vllm_importance_sampling_clip_max": VLLM_CLIP_MAX,
             },
-            _ppo("dapo", tis_cap=VLLM_CLIP_MAX, tis_level=m.split("_")[0], tis_mode=m.split("_")[1]),
+            _trl.VLLM_IS[f"loss[dapo, vllm {m}]"][2],
         )
         for m in ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate")
     }
@@ -314,11 +255,10 @@ OBJECTIVE_NOTES: dict[str, str] = {
     "loss[sapo]": "sapo: sigmoid gate 4/tau sigmoid(tau (r - 1)), not in the oracle",
     "loss[vespo]": "vespo: Gamma weights of the sequence ratio (TRL's get_gamma_weights), not in the oracle",
 }
-_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
 #: The variants share the ``loss[...]`` rows' advantage: loss properties only (a KL term changes the
 #: gradient at ratio 1, so only the objective there).
 LOSS_ONLY: dict[str, tuple[str, ...]] = {
-    mode: ("loss_objective",) if "beta" in options else _LOSS_PROPERTIES
+    mode: ("loss_objective",) if "beta" in options else LOSS_PROPERTIES
     for mode, (_t, options, _o) in VARIANTS.items()
 }
 NOTES: dict[str, str] = {
@@ -337,29 +277,13 @@ NOTES: dict[str, str] = {
 }
 
 
-#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
-def _attr(mode: str) -> str:
-    """A row's name as an attribute of :data:`AT_SCALE`: ``loss[dapo, delta=1.5]`` -> ``dapo_delta_1_5``."""
-    return re.sub(r"\W+", "_", mode.removeprefix("loss[").removesuffix("]")).strip("_")
-
-
-AT_SCALE = types.SimpleNamespace(
-    **{t: _at_scale(t) for t in LOSS_TYPES},
-    **{_attr(mode): _at_scale(t, tuple(sorted(o.items()))) for mode, (t, o, _obj) in VARIANTS.items()},
-)
 _HOW = "num_items_in_batch, num_processes, current_gradient_accumulation_steps"
-#: The level-5 column: every loss type on W processes with M accumulation steps.
-SCALEOUT: dict[str, ScaleOut | str] = {
-    f"loss[{t}]": ScaleOut(t, resolve_aggregation(t), constant=HORIZON if t == "dr_grpo" else None, how=_HOW)
-    for t in LOSS_TYPES
-}
-# the variants: their own loss at scale, predicted where the oracle has the objective
-SCALEOUT.update(
-    {
-        mode: ScaleOut(_attr(mode), resolve_aggregation(t) if obj is not None else None, how=_HOW)
-        for mode, (t, _o, obj) in VARIANTS.items()
-    }
-)
+_AT_SCALE, _SCALE = loss_type_scaleout(_at_scale, LOSS_TYPES, VARIANTS, how=_HOW, sizes="uneven")
+#: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name).
+AT_SCALE = types.SimpleNamespace(**_AT_SCALE)
+#: The level-5 column: every loss type on W processes with M accumulation steps; the variants with
+#: their own loss, predicted where the oracle has the objective.
+SCALEOUT: dict[str, ScaleOut | str] = dict(_SCALE)
 
 NOT_APPLICABLE: dict[str, str] = {
     "advantages": "Unsloth's GRPOTrainer keeps TRL's advantages (the TRL rows); only the loss is its own",

@@ -25,32 +25,28 @@ token-level signature (layout ``token``: the reward on each response's last vali
 
 from __future__ import annotations
 
-import re
+import functools
 import types
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import KL, Objective
 
-from ._peers import Peer, ScaleOut, lazy, per_token
+from ._common import (
+    LOSS_PROPERTIES,
+    at_scale_name,
+    ppo_objective,
+    registry_estimators,
+    suite_loss,
+    token_rows,
+)
+from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
-__all__ = [
-    "PEER",
-    "ADAPTERS",
-    "NOT_APPLICABLE",
-    "LOSS_AGG_MODES",
-    "LOSS_ONLY",
-    "OBJECTIVE_NOTES",
-    "SCALEOUT",
-    "AT_SCALE",
-    "available",
-    "unavailable",
-]
+__all__ = [*MODULE_API, "LOSS_AGG_MODES", "LOSS_ONLY", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE"]
 
 PEER = Peer("verl", "verl", "0.9.1", title="verl")
 
@@ -62,25 +58,12 @@ LOSS_AGG_MODES: tuple[str, ...] = (
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 )
+available = PEER.available
+unavailable = PEER.unavailable
 
 
-def available() -> bool:
-    """Whether verl is installed."""
-    return PEER.unavailable() is None
-
-
-def unavailable() -> str | None:
-    """Why verl cannot be used, or ``None``."""
-    return PEER.unavailable()
-
-
-@lazy
-def _core_algos() -> Any:
-    """``verl.trainer.ppo.core_algos`` (imports verl, and with it ray, on first use)."""
-    PEER.require()
-    from verl.trainer.ppo import core_algos
-
-    return core_algos
+#: ``verl.trainer.ppo.core_algos`` (imports verl, and with it ray, on first use).
+_core_algos = PEER.importer("verl.trainer.ppo.core_algos")
 
 
 @lazy
@@ -92,37 +75,11 @@ def _actor_config() -> Any:
     return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1)
 
 
-def _estimator(name: str, **options: Any) -> Callable[[torch.Tensor, np.ndarray], torch.Tensor]:
-    def advantages(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
-        fn = _core_algos().get_adv_estimator_fn(name)
-        scores = rewards.reshape(-1, 1)
-        adv, _returns = fn(
-            token_level_rewards=scores,
-            response_mask=torch.ones_like(scores),
-            index=np.asarray(index),
-            **options,
-        )
-        out: torch.Tensor = adv[:, 0]
-        return out
-
-    advantages.__name__ = f"verl_{name}"
-    return advantages
-
-
-def _token_estimator(name: str, **options: Any) -> Callable[..., Any]:
-    """verl's estimator called as verl calls it: token-level rewards, the response mask, uids."""
-
-    def advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray) -> Any:
-        fn = _core_algos().get_adv_estimator_fn(name)
-        return fn(
-            token_level_rewards=token_level_rewards,
-            response_mask=response_mask,
-            index=np.asarray(index),
-            **options,
-        )
-
-    advantages.__name__ = f"verl_{name}_token_level"
-    return advantages
+#: verl's estimators (``core_algos.get_adv_estimator_fn(name)``, looked up at each call) on one reward
+#: per response, and called as verl calls them: token-level rewards, the response mask, uids.
+_estimator, _token_estimator = registry_estimators(
+    lambda name: _core_algos().get_adv_estimator_fn(name), "verl"
+)
 
 
 def _verl_loss(
@@ -169,31 +126,13 @@ def _verl_loss(
 
 
 def _policy_loss(mode: str, loss_mode: str = "vanilla") -> Callable[..., torch.Tensor]:
-    def loss(
-        logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return _verl_loss(loss_mode, mode, logp, old_logp, advantages, mask)
-
-    loss.__name__ = f"verl_policy_loss_{loss_mode}[{mode}]"
-    return loss
+    return suite_loss(functools.partial(_verl_loss, loss_mode, mode), f"verl_policy_loss_{loss_mode}[{mode}]")
 
 
 def _kl_loss(kl: str, coef: float) -> Callable[..., torch.Tensor]:
     """The vanilla policy loss (token-mean) plus verl's KL loss ``kl_loss_type=kl``."""
-
-    def loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        ref_logp: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return _verl_loss(
-            "vanilla", "token-mean", logp, old_logp, advantages, mask, kl=kl, kl_coef=coef, ref_logp=ref_logp
-        )
-
-    loss.__name__ = f"verl_policy_loss_vanilla+kl_loss[{kl}, coef={coef:g}]"
-    return loss
+    call = functools.partial(_verl_loss, "vanilla", "token-mean", kl=kl, kl_coef=coef)
+    return suite_loss(call, f"verl_policy_loss_vanilla+kl_loss[{kl}, coef={coef:g}]", extras=["ref_logp"])
 
 
 def _rollout_weights(
@@ -229,22 +168,12 @@ def _rollout_corr_loss(
     ``exp(old - rollout)`` per token or its product per sequence, clamped at the threshold, detached),
     passed to the loss as the batch's ``rollout_is_weights``, as ``ppo_loss`` passes them."""
 
-    def loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        rollout_logp: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        weights = _rollout_weights(old_logp, rollout_logp, mask, level, threshold)
-        return _verl_loss(
-            loss_mode, "token-mean", logp, old_logp, advantages, mask, rollout_is_weights=weights
-        )
+    def call(rollout_logp: torch.Tensor | None, **inputs: Any) -> torch.Tensor:
+        weights = _rollout_weights(inputs["old_logp"], rollout_logp, inputs["mask"], level, threshold)
+        return _verl_loss(loss_mode, "token-mean", **inputs, rollout_is_weights=weights)
 
-    loss.__name__ = (
-        f"verl_policy_loss_{loss_mode}+rollout_correction[rollout_is={level}, threshold={threshold:g}]"
-    )
-    return loss
+    name = f"verl_policy_loss_{loss_mode}+rollout_correction[rollout_is={level}, threshold={threshold:g}]"
+    return suite_loss(call, name, extras=["rollout_logp"])
 
 
 def _at_scale(
@@ -261,17 +190,12 @@ def _at_scale(
     registered policy loss ``loss_mode``, verl's KL loss ``kl`` (on ``ref_logp``) and its rollout
     correction ``rollout_is`` (on ``rollout_logp``) as the row's single-process loss has them."""
 
-    def loss(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        *,
+    def call(
         dp_size: int,
         global_num_tokens: int,
         global_num_seqs: int,
-        ref_logp: torch.Tensor | None = None,
-        rollout_logp: torch.Tensor | None = None,
+        rollout_logp: torch.Tensor | None,
+        **inputs: Any,
     ) -> torch.Tensor:
         info = {
             "dp_size": dp_size,
@@ -280,29 +204,22 @@ def _at_scale(
         }
         weights = None
         if rollout_is is not None:
+            old_logp, mask = inputs["old_logp"], inputs["mask"]
             weights = _rollout_weights(old_logp, rollout_logp, mask, rollout_is, ROLLOUT_IS_THRESHOLD)
         return _verl_loss(
-            loss_mode,
-            mode,
-            logp,
-            old_logp,
-            advantages,
-            mask,
-            global_info=info,
-            kl=kl,
-            kl_coef=kl_coef,
-            ref_logp=ref_logp,
-            rollout_is_weights=weights,
+            loss_mode, mode, **inputs, global_info=info, kl=kl, kl_coef=kl_coef, rollout_is_weights=weights
         )
 
     extra = f", kl_loss_type={kl}" if kl else f", rollout_is={rollout_is}" if rollout_is else ""
-    loss.__name__ = f"verl_policy_loss_{loss_mode}[{mode}{extra}, global_batch_info]"
-    return loss
+    return suite_loss(
+        call,
+        f"verl_policy_loss_{loss_mode}[{mode}{extra}, global_batch_info]",
+        keywords=["dp_size", "global_num_tokens", "global_num_seqs"],
+        keyword_extras=["ref_logp", "rollout_logp"],
+    )
 
 
-def _attr(mode: str) -> str:
-    """A row's name as an attribute of :data:`AT_SCALE`: ``policy[gspo]`` -> ``policy_gspo``."""
-    return re.sub(r"\W+", "_", mode.replace("+", "_plus")).strip("_")
+_attr = at_scale_name
 
 
 #: verl's PPO defaults (``ActorConfig``): clip_ratio 0.2 both sides, dual clip ``clip_ratio_c`` 3.0.
@@ -313,7 +230,7 @@ KL_COEF = 0.1
 
 
 def _ppo(mode: str, **kw: Any) -> Objective:
-    return Objective("ppo", eps_low=_EPS, eps_high=_EPS, dual_clip=_DUAL, aggregation=mode, **kw)
+    return ppo_objective(mode, eps=_EPS, dual_clip=_DUAL, **kw)
 
 
 _GRPO = _estimator("grpo", norm_adv_by_std_in_grpo=True)
@@ -372,20 +289,15 @@ ADAPTERS.update(
 # the outcome estimators in their own signature: (token_level_rewards [B, T], response_mask, index)
 # -> (advantages [B, T], returns [B, T]), the reward on each response's last valid token
 ADAPTERS.update(
-    {
-        f"{name}[token]": Adapter(
-            _token_estimator(name, **options),
-            "token",
-            convention=convention,
-            returns="advantages",
-            name=f"verl {name} (token level)",
-        )
-        for name, options, convention in (
+    token_rows(
+        _token_estimator,
+        "verl",
+        (
             ("grpo", {"norm_adv_by_std_in_grpo": True}, "verl"),
             ("grpo_vectorized", {"norm_adv_by_std_in_grpo": True}, "verl"),
             ("rloo", {}, "rloo"),
-        )
-    }
+        ),
+    )
 )
 
 # verl's policy-loss registry (core_algos.POLICY_LOSS_REGISTRY, actor.policy_loss.loss_mode), each with
@@ -425,14 +337,7 @@ ADAPTERS.update(
             "verl",
             f"grpo + vanilla + kl_loss_type={kl}, kl_loss_coef={KL_COEF:g}",
             _kl_loss(kl, KL_COEF),
-            objective=Objective(
-                "ppo",
-                eps_low=_EPS,
-                eps_high=_EPS,
-                dual_clip=_DUAL,
-                kl=est,
-                kl_coef=KL_COEF,
-            ),
+            objective=_ppo("token-mean", kl=est, kl_coef=KL_COEF),
         )
         for kl, est in _KL_TYPES.items()
     }
@@ -476,8 +381,8 @@ OBJECTIVE_NOTES: dict[str, str] = {
     "policy[dppo_kl]": "dppo_kl: divergence-based trust region (KL), not in the oracle",
 }
 
-#: The loss properties the matrix runs on the objective variants (their advantage is ``grpo``'s).
-_LOSS_PROPERTIES = ("loss_aggregation", "loss_clipped_surrogate", "loss_objective", "loss_ignores_padding")
+#: The matrix runs the loss properties on the objective variants (their advantage is ``grpo``'s).
+_LOSS_PROPERTIES = LOSS_PROPERTIES
 #: The losses of :data:`SCALEOUT` in their at-scale form (child processes import them by name): the
 #: vanilla loss in each ``loss_agg_mode``, and every objective row's loss (token-mean, verl's default).
 AT_SCALE = types.SimpleNamespace(
