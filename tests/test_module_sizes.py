@@ -14,7 +14,6 @@ MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 100
 
 
-
 def _modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 

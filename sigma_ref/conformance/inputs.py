@@ -160,7 +160,11 @@ def call_loss(
         out = out[0]  # (loss, metrics), as many trainers return
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
         raise PropertyFailure(
-            f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, but should be a scalar Tensor"
+            Finding(
+                f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, "
+                "but should be a scalar Tensor",
+                kind="shape",
+            )
         )
     return out.reshape(())
 
@@ -416,12 +420,19 @@ def call_token(
             warnings.simplefilter("ignore")
             given, raw, adv = ctx.adapter.call_token(batch, r, lengths)
     except Exception as exc:
-        raise PropertyFailure(Finding(f"raised {type(exc).__name__}: {exc}", call)) from exc
+        raised = {"how": "raised", "exception": type(exc).__name__}
+        raise PropertyFailure(
+            Finding(f"raised {type(exc).__name__}: {exc}", call, kind="raised", facts=raised)
+        ) from exc
     shape = tuple(given[0].shape)
     if not isinstance(adv, torch.Tensor) or tuple(adv.shape) != shape:
         got = tuple(adv.shape) if hasattr(adv, "shape") else type(adv).__name__
         raise PropertyFailure(
-            Finding(f"advantages.shape={got}, but should be {shape} (like token_level_rewards)", call)
+            Finding(
+                f"advantages.shape={got}, but should be {shape} (like token_level_rewards)",
+                call,
+                kind="shape",
+            )
         )
     return given, raw, adv.detach().to("cpu", torch.float64).numpy()
 

@@ -198,7 +198,9 @@ def scaleout_report(ctx: Context) -> ScaleoutReport:
                 [job], world_size=opts.world_size, backend=opts.backend, rendezvous_host=opts.rendezvous_host
             )
         except (ValueError, TypeError) as exc:
-            memo["scaleout"] = PropertyFailure(Finding(f"level 5 could not start: {exc}", opts.describe()))
+            memo["scaleout"] = PropertyFailure(
+                Finding(f"level 5 could not start: {exc}", opts.describe(), kind="scaleout")
+            )
     found = memo["scaleout"]
     if isinstance(found, PropertyFailure):
         raise PropertyFailure(found.finding)
