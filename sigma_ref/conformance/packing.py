@@ -37,7 +37,7 @@ boundaries, one response per row (:func:`unpacked_inputs`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ import numpy.typing as npt
 import torch
 
 from .._options import PACKINGS
+from .normalisers.hypotheses import Assign
 
 __all__ = [
     "PACKINGS",
@@ -289,9 +290,6 @@ PACKED_HYPOTHESES: tuple[PackedHypothesis, ...] = (
         "the boundaries cut, or take global_num_seqs",
     ),
 )
-
-#: ``assign(w, m, split) -> (rank of each row, micro-batch of each row)`` of one configuration.
-Assign = Callable[[int, int, str], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]
 
 
 def identify_packed(
