@@ -120,6 +120,18 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def _public_names(module: str) -> list[str]:
+    """The names of ``__all__`` that live in ``module`` (a submodule's ``__name__``).
+
+    Each submodule's ``__all__`` starts with this slice, so the package's one list names them:
+
+    >>> _public_names("sigma_ref.stats")
+    ['group_sigma', 'centered_norm']
+    """
+    home = module.rpartition(".")[2]
+    return [name for name in __all__ if _HOMES[name] == home]
+
+
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 

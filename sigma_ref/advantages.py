@@ -51,20 +51,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _layouts, _roundtrip, _validate
+from . import _layouts, _public_names, _roundtrip, _validate
 from ._kernel import _apply, _fits_output, _prepare, _quiet, _statistics, _times_pow2, _where, _xp
 from ._layouts import Layout
 from ._tensors import Array, is_tensor
 from .conventions import DR_GRPO, PAPER, Convention, get_convention
 
-__all__ = [
-    "group_statistics",
-    "GroupStatistics",
-    "grpo_advantage",
-    "dr_grpo_advantage",
-    "rloo_advantage",
-    "dapo_keep_mask",
-]
+__all__ = _public_names(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,17 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from . import _roundtrip, _validate
+from . import _public_names, _roundtrip, _validate
 from ._rollout_audit import RolloutAudit, rollout_audit
 from ._text_table import table
 from .difficulty import exact_group_size, min_group_size, silent_group_rate
 
 __all__ = [
-    "AuditRow",
-    "AuditResult",
+    *_public_names(__name__),
     "AuditColumns",
     "audit_columns",
-    "corpus_audit",
     "RolloutAudit",
     "rollout_audit",
 ]

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from . import _public_names
 from ._vocabulary import (
     AGGREGATION_MODES,
     PLACEMENTS,
@@ -48,21 +49,7 @@ from ._vocabulary import (
     Singleton,
 )
 
-__all__ = [
-    "Convention",
-    "PAPER",
-    "POST",
-    "DR_GRPO",
-    "TRL",
-    "TRL_BATCH",
-    "VERL",
-    "OPENRLHF",
-    "PRESETS",
-    "get_convention",
-    "AGGREGATION_MODES",
-    "AGGREGATION_ALIASES",
-    "resolve_aggregation",
-]
+__all__ = [*_public_names(__name__), "AGGREGATION_MODES", "AGGREGATION_ALIASES", "resolve_aggregation"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,22 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _roundtrip, _validate
+from . import _public_names, _roundtrip, _validate
 from ._binomial_sums import _MAX_G, _SEGMENT, _TAIL, _deficit, _expected_root, _one_minus_pow, _window
 from ._vocabulary import METHODS, Method
 
-__all__ = [
-    "silent_group_rate",
-    "expected_gradient",
-    "fidelity",
-    "attenuation",
-    "min_group_size",
-    "exact_group_size",
-    "difficulty_weight",
-    "mass_weight",
-    "mass_share",
-    "arcsine_objective",
-]
+__all__ = _public_names(__name__)
 
 
 def _p_and_G(p: Any, G: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], _roundtrip.Returner]:

@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _layouts, _roundtrip, _validate
+from . import _layouts, _public_names, _roundtrip, _validate
 from ._kernel import _sqrt, _statistics, _times_pow2
 from ._layouts import Groups
 from ._tensors import Array
 from .conventions import PAPER, Convention, get_convention
 
-__all__ = ["policy_gradient", "decompose", "decompose_continuous", "Decomposition", "ContinuousDecomposition"]
+__all__ = _public_names(__name__)
 
 
 def _scores_like(scores: Any, values: torch.Tensor, groups: Groups, name: str) -> tuple[torch.Tensor, bool]:

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _errors, _roundtrip, _validate
+from . import _errors, _public_names, _roundtrip, _validate
 
-__all__ = ["group_sigma", "centered_norm"]
+__all__ = _public_names(__name__)
 
 
 def _counts(k: Any, G: Any) -> tuple[np.ndarray, np.ndarray, _roundtrip.Returner]:
