@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 from .._options import ADVANTAGE_SCALE_SCOPES, ADVANTAGE_SCALES, PACKINGS
 from .._vocabulary import VERDICTS
 from .levels import Verdict
-from .scaleout import LOSS_SCALES, RENDEZVOUS_HOST, SPLITS, ScaleoutJob, ScaleoutReport, ScaleoutResult
+from .scaleout import (
+    LOSS_SCALES,
+    RENDEZVOUS_HOST,
+    SPLITS,
+    CallShape,
+    ScaleoutJob,
+    ScaleoutReport,
+    ScaleoutResult,
+)
 
 if TYPE_CHECKING:
     from .core import Context
@@ -50,38 +58,20 @@ _ORACLE_LOSS = "sigma_ref.conformance.scaleout:oracle_loss"
 
 
 @dataclasses.dataclass(frozen=True)
-class ScaleoutOptions:
+class ScaleoutOptions(CallShape):
     """What level 5 runs: the targets the ranks import and the options of ``--world-size`` & co.
 
-    ``impl``/``loss``/``layout``/``output``: as given to the suite (``None``: the oracle, or the
-    Adapter's own); ``world_size`` W; ``micro_batches``: every M checked; ``split``, ``loss_scale``,
-    ``timeout``, ``backend``, ``rendezvous_host``, ``seed``, and the normaliser patterns' ``sizes``,
-    ``steps_per_generation``, ``mask_truncated``, ``pad_value``, ``packing``, ``advantage_scale``,
-    ``advantage_scale_on``, ``advantage_scaler``, ``framework`` (``auto``, ``torch``, ``jax``: JAX
-    code runs in the ranks behind the bridge of levels 0 to 4): :func:`~.scaleout.run_scaleout`'s.
+    ``impl``/``loss``: as given to the suite (``None``: the oracle, or the Adapter's own);
+    ``world_size`` W; ``micro_batches``: every M checked; ``backend``, ``rendezvous_host``; and the
+    call shape's options (:class:`~.scaleout.CallShape`), :func:`~.scaleout.run_scaleout`'s.
     """
 
     impl: str | None = None
     loss: str | None = None
-    layout: str | None = None
-    output: str | int | None = None
     world_size: int = 1
     micro_batches: tuple[int, ...] = (1,)
-    split: str = "whole-groups"
-    loss_scale: str = "none"
-    timeout: float = 120.0
     backend: str = "auto"
     rendezvous_host: str = RENDEZVOUS_HOST
-    seed: int = 0
-    sizes: str = "uneven"
-    steps_per_generation: int = 1
-    mask_truncated: bool = False
-    pad_value: float | None = None
-    packing: str = "none"
-    advantage_scale: str = "none"
-    advantage_scale_on: str = "step"
-    advantage_scaler: str | None = None
-    framework: str = "auto"
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:

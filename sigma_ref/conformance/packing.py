@@ -37,7 +37,7 @@ boundaries, one response per row (:func:`unpacked_inputs`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -331,26 +331,12 @@ def identify_packed(
     return found
 
 
-def packed_cause(
-    grads: Mapping[tuple[int, int, str], npt.ArrayLike],
-    scores: npt.NDArray[np.float64],
-    advantages: npt.ArrayLike,
-    mask: npt.ArrayLike,
-    lengths: npt.ArrayLike,
-    mode: str,
-    *,
-    assign: Assign,
-    capacity: int,
-    constant: float | None = None,
-) -> str | None:
-    """The words of the row-as-sequence class every configuration confirms (:func:`identify_packed`),
-    led by its name, or None."""
-    found = identify_packed(
-        grads, scores, advantages, mask, lengths, mode, assign=assign, capacity=capacity, constant=constant
-    )
+def packed_cause(found: Sequence[PackedHypothesis], runs: Iterable[tuple[int, int, str]]) -> str | None:
+    """The words of the first row-as-sequence class in ``found`` (:func:`identify_packed` at the
+    configurations ``runs``), led by its name, or None when none was confirmed."""
     if not found:
         return None
-    probes = ", ".join(f"({w}, {m})" for w, m, _ in grads)
+    probes = ", ".join(f"({w}, {m})" for w, m, _ in runs)
     return (
         f"{found[0].name}: {found[0].why} (confirmed: the gradient of a loss taking each packed row as a "
         f"sequence equals the measured one at every run (W, M) = {probes}, each packed its own way)"

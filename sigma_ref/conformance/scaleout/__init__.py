@@ -101,7 +101,7 @@ from .design import _shard_rows as _shard_rows
 from .design import _token_logp as _token_logp
 from .fitting import LOSS_PRECISION_RTOL
 from .fitting import prediction_rtol as prediction_rtol
-from .job import ScaleoutJob
+from .job import CallShape, ScaleoutJob
 from .keywords import GLOBALS, declared_globals, loss_globals
 from .launcher import RENDEZVOUS_HOST
 from .oracle import oracle_advantages, oracle_loss, spmd_loss
@@ -117,6 +117,7 @@ __all__ = [
     "LOSS_SCALES",
     "LOSS_PRECISION_RTOL",
     "SPLITS",
+    "CallShape",
     "ScaleoutJob",
     "ScaleoutResult",
     "RENDEZVOUS_HOST",

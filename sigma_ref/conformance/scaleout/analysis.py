@@ -21,7 +21,7 @@ from ..normalisers import (
     readings,
     token_scores,
 )
-from ..packing import packed_cause
+from ..packing import identify_packed, packed_cause
 from .design import PACKED_CAPACITY, _assignment, _Batch, _token_logp
 from .diagnosis import _diagnose
 from .fitting import _RTOL, LOSS_PRECISION_RTOL, _fit, _scale, prediction_rtol
@@ -203,7 +203,7 @@ def _call_shape_cause(
     cause = None
     if packing != "none" and lengths is not None:
         grads = {key: readings(np.asarray(r["grad"]), key[1], loss_scale)["none"] for key, r in runs.items()}
-        cause = packed_cause(
+        found = identify_packed(
             grads,
             judge.scores,
             judge.advantages,
@@ -214,6 +214,7 @@ def _call_shape_cause(
             capacity=PACKED_CAPACITY,
             constant=constant,
         )
+        cause = packed_cause(found, grads)
     if cause is None:
         cause = name_advantage_scale(
             g_full,

@@ -33,26 +33,27 @@ def _backend(requested: str, world_size: int) -> str:
     return requested
 
 
-@dataclasses.dataclass(frozen=True)
-class ScaleoutJob:
-    """One level-5 check for :func:`run_scaleout_many`: :func:`run_scaleout`'s arguments but W and backend.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CallShape:
+    """Level 5's call-shape options, keyword-only, as :func:`run_scaleout` takes them: the fields a
+    suite run (:class:`~sigma_ref.conformance.launch.ScaleoutOptions`) and one check
+    (:class:`ScaleoutJob`) share, declared once.
 
-    >>> ScaleoutJob("sigma_ref.conformance.scaleout:oracle_advantages",
-    ...             "sigma_ref.conformance.scaleout:oracle_loss", layout="index").micro_batches
-    2
+    ``layout``/``output``: the adapter's (``None``: its own); ``split``, ``loss_scale``, ``timeout``,
+    ``seed``; the normaliser patterns' ``sizes``, ``steps_per_generation``, ``mask_truncated``,
+    ``pad_value``, ``packing``, ``advantage_scale``, ``advantage_scale_on``, ``advantage_scaler``;
+    ``framework`` (``auto``, ``torch``, ``jax``).
+
+    >>> CallShape(split="any").packing
+    'none'
     """
 
-    advantages_target: str
-    loss_target: str | None = None
     layout: str | None = None
-    micro_batches: int | Sequence[int] = 2
+    output: str | int | None = None
     split: str = "whole-groups"
-    aggregation: str | None = None
     loss_scale: str = "none"
     timeout: float = 120.0
     seed: int = 0
-    aggregation_constant: float | None = None
-    output: str | int | None = None
     sizes: str = "uneven"
     steps_per_generation: int = 1
     mask_truncated: bool = False
@@ -62,6 +63,22 @@ class ScaleoutJob:
     advantage_scale_on: str = "step"
     advantage_scaler: str | None = None
     framework: str = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleoutJob(CallShape):
+    """One level-5 check for :func:`run_scaleout_many`: :func:`run_scaleout`'s arguments but W and backend.
+
+    >>> ScaleoutJob("sigma_ref.conformance.scaleout:oracle_advantages",
+    ...             "sigma_ref.conformance.scaleout:oracle_loss", layout="index").micro_batches
+    2
+    """
+
+    advantages_target: str
+    loss_target: str | None = None
+    micro_batches: int | Sequence[int] = 2
+    aggregation: str | None = None
+    aggregation_constant: float | None = None
     loss_precision: str = "float64"
 
 
