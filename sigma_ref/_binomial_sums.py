@@ -382,7 +382,8 @@ def _deficit(p: np.ndarray, G: np.ndarray) -> np.ndarray:
 def _folded_deficit(pl: np.ndarray, Gl: np.ndarray) -> np.ndarray:
     """:func:`_deficit` at ``0 < pl <= 1/2``."""
     silent = pl**Gl + _one_minus_pow(pl, Gl)
-    return 1 / (2 * Gl) + (silent + _window_sum(pl, Gl, deficit=True)) / 2
+    deficit: np.ndarray = 1 / (2 * Gl) + (silent + _window_sum(pl, Gl, deficit=True)) / 2
+    return deficit
 
 
 def _folded_where_live(
