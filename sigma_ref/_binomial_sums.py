@@ -10,6 +10,7 @@ subtraction from 1. Derivations: ``proofs/04_expectations.py``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import mpmath
 import numpy as np
@@ -347,25 +348,22 @@ def _expected_root(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     for ``p >= 1/2``): term by term for ``G <= _DENSE_MAX`` (``_dense_root``), else by
     ``_window_sum``.
     """
-    out = np.zeros_like(p)
-    live = (p > 0) & (p < 1)
-    idx = np.flatnonzero(live) if not live.all() else slice(None)
-    if p[idx].size:
-        pl, Gl = p[idx], G[idx]
-        pl = np.minimum(pl, 1.0 - pl)
-        small = Gl <= _DENSE_MAX
-        if small.all() and Gl.min() == Gl.max():
-            out[idx] = _dense_root(pl, int(Gl[0]))
-            return out
-        values = np.empty_like(pl)
-        for g in np.unique(Gl[small]).tolist():
-            rows = np.flatnonzero(Gl == g)
-            values[rows] = _dense_root(pl[rows], int(g))
-        big = np.flatnonzero(~small)
-        if big.size:
-            values[big] = _window_sum(pl[big], Gl[big], deficit=False)
-        out[idx] = values
-    return out
+    return _folded_where_live(p, G, 0.0, _folded_root)
+
+
+def _folded_root(pl: np.ndarray, Gl: np.ndarray) -> np.ndarray:
+    """:func:`_expected_root` at ``0 < pl <= 1/2``."""
+    small = Gl <= _DENSE_MAX
+    if small.all() and Gl.min() == Gl.max():
+        return _dense_root(pl, int(Gl[0]))
+    values = np.empty_like(pl)
+    for g in np.unique(Gl[small]).tolist():
+        rows = np.flatnonzero(Gl == g)
+        values[rows] = _dense_root(pl[rows], int(g))
+    big = np.flatnonzero(~small)
+    if big.size:
+        values[big] = _window_sum(pl[big], Gl[big], deficit=False)
+    return values
 
 
 def _deficit(p: np.ndarray, G: np.ndarray) -> np.ndarray:
@@ -378,14 +376,27 @@ def _deficit(p: np.ndarray, G: np.ndarray) -> np.ndarray:
     ``silent_group_rate / 2``; the rest is ``_window_sum`` with a window widened so that what it
     leaves out is below ``_TAIL`` of ``1/(2G) <= 1 - phi``. ``1`` at ``p in {0, 1}``.
     """
-    out = np.ones_like(p)
+    return _folded_where_live(p, G, 1.0, _folded_deficit)
+
+
+def _folded_deficit(pl: np.ndarray, Gl: np.ndarray) -> np.ndarray:
+    """:func:`_deficit` at ``0 < pl <= 1/2``."""
+    silent = pl**Gl + _one_minus_pow(pl, Gl)
+    deficit: np.ndarray = 1 / (2 * Gl) + (silent + _window_sum(pl, Gl, deficit=True)) / 2
+    return deficit
+
+
+def _folded_where_live(
+    p: np.ndarray, G: np.ndarray, fill: float, folded: Callable[[np.ndarray, np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """``folded(min(p, 1 - p), G)`` where ``0 < p < 1`` and ``fill`` at ``p in {0, 1}``: the sums
+    symmetric in ``p <-> 1 - p`` are taken at ``p <= 1/2`` only (``1 - p`` is exact for ``p >= 1/2``)."""
+    out = np.full_like(p, fill)
     live = (p > 0) & (p < 1)
     idx = np.flatnonzero(live) if not live.all() else slice(None)
     if p[idx].size:
         pl, Gl = p[idx], G[idx]
-        pl = np.minimum(pl, 1.0 - pl)
-        silent = pl**Gl + _one_minus_pow(pl, Gl)
-        out[idx] = 1 / (2 * Gl) + (silent + _window_sum(pl, Gl, deficit=True)) / 2
+        out[idx] = folded(np.minimum(pl, 1.0 - pl), Gl)
     return out
 
 

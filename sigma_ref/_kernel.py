@@ -514,15 +514,24 @@ def _at_least_one(v: Array) -> Array:
     return v.clamp(min=1) if is_tensor(v) else np.maximum(v, 1)
 
 
+def _first_group_failing(ok: Array, kernel: _Kernel) -> str | None:
+    """``None`` where ``ok`` (a boolean array in the kernel's layout) holds everywhere, else the
+    description of the group of its first ``False``."""
+    if bool(ok.all()):
+        return None
+    pos = int(_xp(ok).nonzero(~ok.reshape(-1))[0][0])
+    lay = kernel.layout
+    return lay.describe(lay.group_of(pos))
+
+
 def _finite_or_raise(result: Array, kernel: _Kernel, what: str) -> Array:
     """``result``, or a ValueError naming the first group whose value overflows float64."""
     finite = result.isfinite() if is_tensor(result) else np.isfinite(result)
-    if bool(finite.all()):
+    group = _first_group_failing(finite, kernel)
+    if group is None:
         return result
-    pos = int(_xp(finite).nonzero(~finite.reshape(-1))[0][0])
-    lay = kernel.layout
     raise ValueError(
-        f"the {what} of {lay.describe(lay.group_of(pos))} do not fit in float64 (|value| > "
+        f"the {what} of {group} do not fit in float64 (|value| > "
         "1.8e308): the rewards' spread is too large. Rescale the rewards (GRPO is invariant "
         "to a positive scale; Dr. GRPO and RLOO scale with it)"
     )
@@ -545,12 +554,11 @@ def _fits_output(adv: Array, kernel: _Kernel, backend: _roundtrip.Backend, what:
     if top is None:
         return adv
     fits = adv.abs() <= top if is_tensor(adv) else np.abs(adv) <= top
-    if bool(fits.all()):
+    group = _first_group_failing(fits, kernel)
+    if group is None:
         return adv
-    pos = int(_xp(fits).nonzero(~fits.reshape(-1))[0][0])
-    lay = kernel.layout
     raise ValueError(
-        f"the {what} of {lay.describe(lay.group_of(pos))} do not fit in {name} (|value| > {top:.6g}), "
+        f"the {what} of {group} do not fit in {name} (|value| > {top:.6g}), "
         "the rewards' dtype and so the output's: pass float64 rewards, or rescale the rewards"
     )
 
