@@ -38,6 +38,7 @@ from sigma_ref.conformance.inputs import (
     needs_loss,
     needs_policy_loss,
     prescaled_advantages,
+    scalar_loss,
     seeded,
 )
 from sigma_ref.conformance.loss_precision import loss_precision, precision_cause
@@ -1055,18 +1056,8 @@ def _objective_gradient(
     extra: dict[str, Any] = {k: x[k] for k in sorted(_loss_inputs(ctx))}
     extra.update(loss_keywords(ctx, x["mask"]))
     adv = prescaled_advantages(ctx, x["advantages"], x["mask"])
-    out = guarded(ctx.adapter.loss, leaf, x["old_logp"], adv, x["mask"], what=call, **extra)
-    if isinstance(out, tuple | list) and out:
-        out = out[0]
-    if not isinstance(out, torch.Tensor) or out.numel() != 1:
-        raise PropertyFailure(
-            Finding(
-                f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, "
-                "but should be a scalar Tensor",
-                kind="shape",
-            )
-        )
-    (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
+    out = scalar_loss(guarded(ctx.adapter.loss, leaf, x["old_logp"], adv, x["mask"], what=call, **extra))
+    (grad,) = torch.autograd.grad(out, leaf, allow_unused=True)
     return (torch.zeros_like(leaf) if grad is None else grad.detach()), out.dtype
 
 
