@@ -56,10 +56,10 @@ from sigma_ref.objectives import (
     Objective,
     aggregation_weights,
     detect_aggregation,
+    gradient_terms_by_name,
     importance_weights,
     kl_estimate,
     loss_gradient,
-    loss_gradient_terms,
     prompt_mean_weights,
     resolve_aggregation,
     resolve_declared_aggregation,
@@ -855,13 +855,13 @@ def _structural_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list
         # exp(sum_t log r_t) is GSPO's ratio of log-probs scaled by |y_i|; the chain rule gives back |y_i|
         length = m.sum(-1, keepdim=True).clamp(min=1)
         scaled = dict(x, logp=x["logp"] * length, old_logp=x["old_logp"] * length)
-        policy = _objective_terms(obj, scaled, rho)["policy"] * length
+        policy = gradient_terms_by_name(obj, scaled, rho)["policy"] * length
         alt.append(
             _Alternative(
                 "the sequence ratio is the product exp(sum_t log r_t), not GSPO's geometric mean "
                 "exp(mean_t log r_t): the log-ratio is summed over the response, not averaged",
                 obj,
-                terms={"policy": policy, "kl": _objective_terms(obj, x)["kl"]},
+                terms={"policy": policy, "kl": gradient_terms_by_name(obj, x)["kl"]},
             )
         )
     if resolve_aggregation(obj.aggregation) == "token-mean":
@@ -910,7 +910,7 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
                 "reweighted; keep the ratio in the graph, as TRL's use_bias_correction_kl does",
                 obj,
                 terms={
-                    "policy": _objective_terms(obj, x)["policy"],
+                    "policy": gradient_terms_by_name(obj, x)["policy"],
                     "kl": obj.kl_coef * w * torch.exp(log_q) * k3_slope * m,
                 },
             )
@@ -1061,21 +1061,6 @@ def _objective_gradient(
     return (torch.zeros_like(leaf) if grad is None else grad.detach()), out.dtype
 
 
-def _objective_terms(
-    obj: Objective, x: dict[str, torch.Tensor], rho: torch.Tensor | None = None
-) -> dict[str, torch.Tensor]:
-    return loss_gradient_terms(
-        obj,
-        x["logp"],
-        x["old_logp"],
-        x["advantages"],
-        x["mask"],
-        ref_logp=x["ref_logp"],
-        rollout_logp=x["rollout_logp"],
-        rho=rho,
-    )
-
-
 def _objective_unit(dtype: torch.dtype) -> float:
     """The unit roundoff a loss is judged at: float32's, or its output dtype's if coarser. Trainers compute
     log-probs, ratios and KL terms in float32 at best, which a float64 output does not show (OpenRLHF's
@@ -1098,7 +1083,7 @@ def _agrees(
     ``u (|a| + |b|)``, a sequence ratio or weight by the sum over its row; a KL slope by
     ``|beta| w (1 + exp(-delta))`` times the error of ``delta``, ``u (|logp| + |ref_logp|)``."""
     if terms is None:
-        terms = _objective_terms(obj, x)
+        terms = gradient_terms_by_name(obj, x)
     tol = objective_tolerance(obj, x, terms, u)
     pred = terms["policy"] + kl_sign * terms["kl"]
     return bool(torch.isfinite(g).all()) and bool(((g - pred).abs() <= tol).all())
@@ -1146,7 +1131,7 @@ def _term_probes(
         )
         at_one = dict(x, old_logp=x["logp"], rollout_logp=x["logp"] - math.log(half) * share)
         g_half = gradient(at_one)
-        terms = _objective_terms(obj, at_one)
+        terms = gradient_terms_by_name(obj, at_one)
         if g_half is not None and _agrees(
             g_half, obj, at_one, u, {"policy": 2 * terms["policy"], "kl": terms["kl"]}
         ):
@@ -1159,7 +1144,7 @@ def _term_probes(
     g0 = gradient(zero)
     if g0 is None or not bool(torch.isfinite(g0).all()):
         return None
-    terms = _objective_terms(obj, x)
+    terms = gradient_terms_by_name(obj, x)
     kl_ok = _agrees(g0, obj, x, u, {"policy": torch.zeros_like(g0), "kl": terms["kl"]})
     policy_ok = _agrees(g - g0, obj, x, u, {"policy": terms["policy"], "kl": torch.zeros_like(g0)})
     has_kl = bool(terms["kl"].abs().max() > 0)
@@ -1244,7 +1229,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
                 a.objective,
                 x,
                 u,
-                a.terms if a.terms is not None else _objective_terms(a.objective, x, a.rho),
+                a.terms if a.terms is not None else gradient_terms_by_name(a.objective, x, a.rho),
                 a.kl_sign,
             )
         ),
@@ -1253,7 +1238,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
     cause = (
         found.cause if found is not None else precision_cause(ctx) or _term_probes(ctx, obj, x, g, u, call)
     )
-    terms = _objective_terms(obj, x)
+    terms = gradient_terms_by_name(obj, x)
     pred = terms["policy"] + terms["kl"]
     diff = (g - pred).abs().nan_to_num(nan=math.inf)
     i, t = (int(v) for v in torch.nonzero(diff == diff.max())[0])
