@@ -144,6 +144,19 @@ def _token_weights(
     return torch.zeros_like(leaf) if grad is None else grad
 
 
+#: The cause of a loss whose gradient at ratio 1 is 0 everywhere.
+_NO_GRADIENT = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
+
+
+def _unit_weights(ctx: Context, pol: Policy, batch: Batch, what: str) -> torch.Tensor:
+    """The loss's weights ``w_it = -dL/dlogp_it`` at ratio 1 for advantage 1; a loss with none (0 on
+    every token) fails, ``what`` saying what that is."""
+    w = -_token_weights(ctx, pol, batch, torch.ones(batch.n, dtype=torch.float64))
+    if not w.any():
+        ctx.fail(what, batch, cause=_NO_GRADIENT, kind="value")
+    return w
+
+
 def _loss_unit(ctx: Context, pol: Policy, batch: Batch) -> float:
     """The unit roundoff of the loss's working precision: the coarser of its output dtype's and the
     precision its gradient is computed in (declared or measured, :mod:`sigma_ref.conformance.loss_precision`;
@@ -172,15 +185,12 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
     batch, s = ex
     pol = Policy.make(batch.n, s)
     a = torch.from_numpy(ctx.flat(batch))
-    ones = torch.ones(batch.n, dtype=torch.float64)
-    w = -_token_weights(ctx, pol, batch, ones)  # aggregation weights w_it
-    if not w.any():
-        ctx.fail(
-            "the loss gradient at ratio 1 is 0 for every token, but should be the policy gradient",
-            batch,
-            cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
-            kind="value",
-        )
+    w = _unit_weights(  # aggregation weights w_it
+        ctx,
+        pol,
+        batch,
+        "the loss gradient at ratio 1 is 0 for every token, but should be the policy gradient",
+    )
     logp = pol.logp()
     g_idx = torch.from_numpy(groups_of(batch))
     sizes = torch.bincount(g_idx).to(torch.float64)[g_idx]
@@ -216,7 +226,7 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
     if found:
         loss_tol = (SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms).reshape(-1) + 1e-300
         if not np.any(got):
-            cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
+            cause = _NO_GRADIENT
         elif (precision := precision_cause(ctx)) is not None:
             cause = precision
         elif (
@@ -286,16 +296,10 @@ def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) ->
     """
     batch, s = ex
     pol = Policy.make(batch.n, s)
-    ones = torch.ones(batch.n, dtype=torch.float64)
-    w = -_token_weights(ctx, pol, batch, ones)
+    w = _unit_weights(
+        ctx, pol, batch, "dL/dlogp = 0 at ratio 1 for advantage 1, but should be < 0 on every response token"
+    )
     live = pol.mask > 0
-    if not w.any():
-        ctx.fail(
-            "dL/dlogp = 0 at ratio 1 for advantage 1, but should be < 0 on every response token",
-            batch,
-            cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
-            kind="value",
-        )
     u_loss = _loss_unit(ctx, pol, batch)
     floor = SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * float(w.abs().max())
     if (w[live] < -floor).any() or not (w[live] > 0).any():
