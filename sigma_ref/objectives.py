@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import torch
@@ -59,6 +60,7 @@ __all__ = [
     "Objective",
     "loss_gradient",
     "loss_gradient_terms",
+    "gradient_terms_by_name",
     "LossInputs",
     "kl_estimate",
     "importance_weights",
@@ -433,6 +435,24 @@ def _kl_gradient(
     else:
         _, slope = kl_estimate(lp, ref, kl)
     return objective.kl_coef * w * slope * m
+
+
+def gradient_terms_by_name(
+    objective: Objective, x: Mapping[str, Any], rho: Any = None
+) -> dict[str, torch.Tensor]:
+    """:func:`loss_gradient_terms` of the inputs ``x`` by name (``logp``, ``old_logp``, ``advantages``,
+    ``mask``, ``ref_logp``, ``rollout_logp``; the last two may be ``None``), as the conformance
+    vectors and the suite hold them, with importance weights ``rho`` used as given."""
+    return loss_gradient_terms(
+        objective,
+        x["logp"],
+        x["old_logp"],
+        x["advantages"],
+        x["mask"],
+        ref_logp=x["ref_logp"],
+        rollout_logp=x["rollout_logp"],
+        rho=rho,
+    )
 
 
 def loss_gradient(

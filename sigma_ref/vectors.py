@@ -458,22 +458,14 @@ def _objectives() -> list[tuple[str, dict[str, Any], list[float]]]:
 def objective_cases() -> Iterator[Case]:
     """Per-token gradients ``dL/dlogp`` of each objective term (:func:`objectives.loss_gradient`)."""
     from .conformance.precision import PRECISIONS, objective_tolerance
-    from .objectives import Objective, loss_gradient_terms
+    from .objectives import Objective, gradient_terms_by_name
 
     for name, fields, ratios in _objectives():
         seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
         x = _objective_inputs(np.random.default_rng(seed), ratios)
         obj = Objective(**fields)
         t = {k: torch.tensor(v) for k, v in x.items()}
-        terms = loss_gradient_terms(
-            obj,
-            t["logp"],
-            t["old_logp"],
-            t["advantages"],
-            t["mask"],
-            ref_logp=t["ref_logp"],
-            rollout_logp=t["rollout_logp"],
-        )
+        terms = gradient_terms_by_name(obj, t)
         grad = (terms["policy"] + terms["kl"]).numpy()
         extras = [k for k in ("ref_logp", "rollout_logp") if _needs(obj, k)]
         atol = {p: encode(objective_tolerance(obj, t, terms, PRECISIONS[p])) for p in ("float64", "float32")}

@@ -38,6 +38,7 @@ from sigma_ref.conformance.inputs import (
     needs_loss,
     needs_policy_loss,
     prescaled_advantages,
+    scalar_loss,
     seeded,
 )
 from sigma_ref.conformance.loss_precision import loss_precision, precision_cause
@@ -55,10 +56,10 @@ from sigma_ref.objectives import (
     Objective,
     aggregation_weights,
     detect_aggregation,
+    gradient_terms_by_name,
     importance_weights,
     kl_estimate,
     loss_gradient,
-    loss_gradient_terms,
     prompt_mean_weights,
     resolve_aggregation,
     resolve_declared_aggregation,
@@ -143,6 +144,19 @@ def _token_weights(
     return torch.zeros_like(leaf) if grad is None else grad
 
 
+#: The cause of a loss whose gradient at ratio 1 is 0 everywhere.
+_NO_GRADIENT = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
+
+
+def _unit_weights(ctx: Context, pol: Policy, batch: Batch, what: str) -> torch.Tensor:
+    """The loss's weights ``w_it = -dL/dlogp_it`` at ratio 1 for advantage 1; a loss with none (0 on
+    every token) fails, ``what`` saying what that is."""
+    w = -_token_weights(ctx, pol, batch, torch.ones(batch.n, dtype=torch.float64))
+    if not w.any():
+        ctx.fail(what, batch, cause=_NO_GRADIENT, kind="value")
+    return w
+
+
 def _loss_unit(ctx: Context, pol: Policy, batch: Batch) -> float:
     """The unit roundoff of the loss's working precision: the coarser of its output dtype's and the
     precision its gradient is computed in (declared or measured, :mod:`sigma_ref.conformance.loss_precision`;
@@ -171,15 +185,12 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
     batch, s = ex
     pol = Policy.make(batch.n, s)
     a = torch.from_numpy(ctx.flat(batch))
-    ones = torch.ones(batch.n, dtype=torch.float64)
-    w = -_token_weights(ctx, pol, batch, ones)  # aggregation weights w_it
-    if not w.any():
-        ctx.fail(
-            "the loss gradient at ratio 1 is 0 for every token, but should be the policy gradient",
-            batch,
-            cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
-            kind="value",
-        )
+    w = _unit_weights(  # aggregation weights w_it
+        ctx,
+        pol,
+        batch,
+        "the loss gradient at ratio 1 is 0 for every token, but should be the policy gradient",
+    )
     logp = pol.logp()
     g_idx = torch.from_numpy(groups_of(batch))
     sizes = torch.bincount(g_idx).to(torch.float64)[g_idx]
@@ -215,7 +226,7 @@ def test_loss_gradient_identity(ctx: Context, ex: tuple[Batch, int], p: Any) -> 
     if found:
         loss_tol = (SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * terms).reshape(-1) + 1e-300
         if not np.any(got):
-            cause = "the loss has no gradient at ratio 1 (is logp detached inside the loss?)"
+            cause = _NO_GRADIENT
         elif (precision := precision_cause(ctx)) is not None:
             cause = precision
         elif (
@@ -285,16 +296,10 @@ def test_loss_is_policy_gradient(ctx: Context, ex: tuple[Batch, int], p: Any) ->
     """
     batch, s = ex
     pol = Policy.make(batch.n, s)
-    ones = torch.ones(batch.n, dtype=torch.float64)
-    w = -_token_weights(ctx, pol, batch, ones)
+    w = _unit_weights(
+        ctx, pol, batch, "dL/dlogp = 0 at ratio 1 for advantage 1, but should be < 0 on every response token"
+    )
     live = pol.mask > 0
-    if not w.any():
-        ctx.fail(
-            "dL/dlogp = 0 at ratio 1 for advantage 1, but should be < 0 on every response token",
-            batch,
-            cause="the loss has no gradient at ratio 1 (is logp detached inside the loss?)",
-            kind="value",
-        )
     u_loss = _loss_unit(ctx, pol, batch)
     floor = SAFETY * (2 + math.log2(pol.mask.numel())) * u_loss * float(w.abs().max())
     if (w[live] < -floor).any() or not (w[live] > 0).any():
@@ -854,13 +859,13 @@ def _structural_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list
         # exp(sum_t log r_t) is GSPO's ratio of log-probs scaled by |y_i|; the chain rule gives back |y_i|
         length = m.sum(-1, keepdim=True).clamp(min=1)
         scaled = dict(x, logp=x["logp"] * length, old_logp=x["old_logp"] * length)
-        policy = _objective_terms(obj, scaled, rho)["policy"] * length
+        policy = gradient_terms_by_name(obj, scaled, rho)["policy"] * length
         alt.append(
             _Alternative(
                 "the sequence ratio is the product exp(sum_t log r_t), not GSPO's geometric mean "
                 "exp(mean_t log r_t): the log-ratio is summed over the response, not averaged",
                 obj,
-                terms={"policy": policy, "kl": _objective_terms(obj, x)["kl"]},
+                terms={"policy": policy, "kl": gradient_terms_by_name(obj, x)["kl"]},
             )
         )
     if resolve_aggregation(obj.aggregation) == "token-mean":
@@ -909,7 +914,7 @@ def _objective_alternatives(obj: Objective, x: dict[str, torch.Tensor]) -> list[
                 "reweighted; keep the ratio in the graph, as TRL's use_bias_correction_kl does",
                 obj,
                 terms={
-                    "policy": _objective_terms(obj, x)["policy"],
+                    "policy": gradient_terms_by_name(obj, x)["policy"],
                     "kl": obj.kl_coef * w * torch.exp(log_q) * k3_slope * m,
                 },
             )
@@ -1055,34 +1060,9 @@ def _objective_gradient(
     extra: dict[str, Any] = {k: x[k] for k in sorted(_loss_inputs(ctx))}
     extra.update(loss_keywords(ctx, x["mask"]))
     adv = prescaled_advantages(ctx, x["advantages"], x["mask"])
-    out = guarded(ctx.adapter.loss, leaf, x["old_logp"], adv, x["mask"], what=call, **extra)
-    if isinstance(out, tuple | list) and out:
-        out = out[0]
-    if not isinstance(out, torch.Tensor) or out.numel() != 1:
-        raise PropertyFailure(
-            Finding(
-                f"loss returned {type(out).__name__} {getattr(out, 'shape', '')}, "
-                "but should be a scalar Tensor",
-                kind="shape",
-            )
-        )
-    (grad,) = torch.autograd.grad(out.reshape(()), leaf, allow_unused=True)
+    out = scalar_loss(guarded(ctx.adapter.loss, leaf, x["old_logp"], adv, x["mask"], what=call, **extra))
+    (grad,) = torch.autograd.grad(out, leaf, allow_unused=True)
     return (torch.zeros_like(leaf) if grad is None else grad.detach()), out.dtype
-
-
-def _objective_terms(
-    obj: Objective, x: dict[str, torch.Tensor], rho: torch.Tensor | None = None
-) -> dict[str, torch.Tensor]:
-    return loss_gradient_terms(
-        obj,
-        x["logp"],
-        x["old_logp"],
-        x["advantages"],
-        x["mask"],
-        ref_logp=x["ref_logp"],
-        rollout_logp=x["rollout_logp"],
-        rho=rho,
-    )
 
 
 def _objective_unit(dtype: torch.dtype) -> float:
@@ -1107,7 +1087,7 @@ def _agrees(
     ``u (|a| + |b|)``, a sequence ratio or weight by the sum over its row; a KL slope by
     ``|beta| w (1 + exp(-delta))`` times the error of ``delta``, ``u (|logp| + |ref_logp|)``."""
     if terms is None:
-        terms = _objective_terms(obj, x)
+        terms = gradient_terms_by_name(obj, x)
     tol = objective_tolerance(obj, x, terms, u)
     pred = terms["policy"] + kl_sign * terms["kl"]
     return bool(torch.isfinite(g).all()) and bool(((g - pred).abs() <= tol).all())
@@ -1155,7 +1135,7 @@ def _term_probes(
         )
         at_one = dict(x, old_logp=x["logp"], rollout_logp=x["logp"] - math.log(half) * share)
         g_half = gradient(at_one)
-        terms = _objective_terms(obj, at_one)
+        terms = gradient_terms_by_name(obj, at_one)
         if g_half is not None and _agrees(
             g_half, obj, at_one, u, {"policy": 2 * terms["policy"], "kl": terms["kl"]}
         ):
@@ -1168,7 +1148,7 @@ def _term_probes(
     g0 = gradient(zero)
     if g0 is None or not bool(torch.isfinite(g0).all()):
         return None
-    terms = _objective_terms(obj, x)
+    terms = gradient_terms_by_name(obj, x)
     kl_ok = _agrees(g0, obj, x, u, {"policy": torch.zeros_like(g0), "kl": terms["kl"]})
     policy_ok = _agrees(g - g0, obj, x, u, {"policy": terms["policy"], "kl": torch.zeros_like(g0)})
     has_kl = bool(terms["kl"].abs().max() > 0)
@@ -1253,7 +1233,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
                 a.objective,
                 x,
                 u,
-                a.terms if a.terms is not None else _objective_terms(a.objective, x, a.rho),
+                a.terms if a.terms is not None else gradient_terms_by_name(a.objective, x, a.rho),
                 a.kl_sign,
             )
         ),
@@ -1262,7 +1242,7 @@ def test_loss_objective(ctx: Context, ex: Any, p: Any) -> None:
     cause = (
         found.cause if found is not None else precision_cause(ctx) or _term_probes(ctx, obj, x, g, u, call)
     )
-    terms = _objective_terms(obj, x)
+    terms = gradient_terms_by_name(obj, x)
     pred = terms["policy"] + terms["kl"]
     diff = (g - pred).abs().nan_to_num(nan=math.inf)
     i, t = (int(v) for v in torch.nonzero(diff == diff.max())[0])

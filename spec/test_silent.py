@@ -8,6 +8,8 @@ Each ``test_<name>`` is one property, written once under ``@conformance_property
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,16 +49,13 @@ def test_silent_group_zero(ctx: Context, batch: Batch, p: Any) -> None:
     a = ctx.flat(batch)
     keep = as_numpy(dapo_keep_mask(batch.rewards, index=batch.index)).astype(bool)
     silent = ~keep & (np.bincount(groups_of(batch))[groups_of(batch)] > 1)
-    bad = silent & ~(np.abs(a) <= np.maximum(1e-7, ctx.tolerance(batch)))
-    if bad.any():
-        i = int(np.argmax(bad))
-        ctx.fail(
-            f"out[{i}]={a[i]} in a silent group (all rewards {batch.rewards[i]:g}), but should be 0",
-            batch,
-            a,
-            kind="value",
-            facts={"index": i, "actual": float(a[i]), "expected": 0.0},
-        )
+    ctx.fail_nonzero(
+        silent & ~(np.abs(a) <= np.maximum(1e-7, ctx.tolerance(batch))),
+        a,
+        lambda i: f"out[{i}]={a[i]} in a silent group (all rewards {batch.rewards[i]:g}), but should be 0",
+        batch,
+        a,
+    )
 
 
 #: Largest |A| a silent group of non-dyadic rewards may get and pass: live advantages are at least
@@ -487,6 +486,99 @@ def _refused(finding: Finding) -> bool:
     return finding.kind == "raised" and finding.facts.get("how") in ("raised", "interrupt")
 
 
+@dataclasses.dataclass(frozen=True)
+class _NanCauses:
+    """What a NaN property says of each way a NaN reward can move the advantages.
+
+    ``other``: why other groups changed; ``siblings``: why the siblings turned NaN (a WARN);
+    ``counted``: why the siblings moved as if the NaN were a reward of 0 (``{siblings}`` and
+    ``{without}`` in it: their advantages, and oracle(R) of the group without the NaN).
+    ``advisory``: other groups turned all NaN, and a NaN counted as 0, are a WARN, and ``other``
+    explains only other groups turned all NaN; otherwise both are a FAIL and ``other`` explains
+    any change.
+    """
+
+    other: str
+    siblings: str
+    counted: str
+    advisory: bool
+
+
+def _nan_left_out(
+    ctx: Context, batch: Batch, advantages: Callable[[], np.ndarray], call: str, causes: _NanCauses
+) -> None:
+    """The call ``advantages()`` on ``batch`` (one NaN reward; ``call``, as messages print it) raises,
+    or leaves the NaN's row out of its group: its siblings' advantages equal oracle(R) of the group
+    without it and other groups are untouched; each other outcome is raised with ``causes``."""
+    try:
+        a = advantages()
+    except PropertyFailure as exc:
+        if _refused(exc.finding):
+            return  # a clear refusal of a NaN reward
+        raise
+    row = int(np.argmax(np.isnan(batch.rewards)))
+    keep = np.arange(batch.n) != row
+    kept = Batch(batch.rewards[keep], batch.index[keep])
+    expected = ctx.expected(kept)
+    tol = ctx.tolerance(kept, expected)
+    got = a[keep]
+    same = kept.index == batch.index[row]
+    found_other = find_mismatch(got[~same], expected[~same], rtol=0.0, atol=tol[~same], noun="advantages")
+    if found_other is not None:
+        all_nan = bool(np.isnan(got[~same]).all())
+        explained = all_nan or not causes.advisory
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward in group {batch.index[row]} changed other groups' advantages: "
+                f"{found_other.render()}",
+                call,
+                ctx.reference.name,
+                causes.other if explained else None,
+                confirmed=explained,
+                verdict="WARN" if all_nan and causes.advisory else "FAIL",
+                kind="mismatch",
+                mismatch=found_other,
+            )
+        )
+    sib = got[same]
+    if np.isnan(sib).all():
+        raise PropertyFailure(
+            Finding(
+                f"a NaN reward made its siblings' advantages NaN ({sib.tolist()}), but should raise or leave "
+                f"them at {np.round(expected[same], 4).tolist()} (the group without it)",
+                call,
+                ctx.reference.name,
+                causes.siblings,
+                confirmed=True,
+                verdict="WARN",
+                kind="not-finite",
+            )
+        )
+    found = find_mismatch(sib, expected[same], rtol=0.0, atol=tol[same], noun="advantages")
+    if found is None:
+        return
+    replaced = batch.rewards.copy()
+    replaced[row] = 0.0
+    zero = ctx.expected(batch.with_rewards(replaced))[keep][same]
+    counted = find_mismatch(sib, zero, rtol=0.0, atol=tol[same], noun="advantages") is None
+    raise PropertyFailure(
+        Finding(
+            f"a NaN reward silently moved its siblings' baseline: {found.render()}",
+            call,
+            ctx.reference.name,
+            causes.counted.format(
+                siblings=np.round(sib, 4).tolist(), without=np.round(expected[same], 4).tolist()
+            )
+            if counted
+            else None,
+            confirmed=counted,
+            verdict="WARN" if counted and causes.advisory else "FAIL",
+            kind="mismatch",
+            mismatch=found,
+        )
+    )
+
+
 _NAN = Batch(
     np.array([1.0, 0.0, np.nan, 0.0, 1.0, 0.0, 3.0, 1.0, 0.0]), np.array([0, 0, 0, 0, 0, 1, 1, 1, 1])
 )
@@ -502,77 +594,21 @@ def test_nan_rows_confined(ctx: Context, batch: Batch, p: Any) -> None:
     (their advantages equal oracle(R) of the group without it) and other groups untouched; NaN siblings
     are a WARN, silently moved finite values a FAIL.
     """
-    row = int(np.argmax(np.isnan(batch.rewards)))
     lengths = token_lengths(batch.n)
-    try:
-        _, _, adv = call_token(ctx, batch, lengths)
-    except PropertyFailure as exc:
-        if _refused(exc.finding):
-            return  # a clear refusal of a NaN reward
-        raise
-    call = token_repr(ctx, batch, lengths)
-    a = at_last(adv, lengths)
-    keep = np.arange(batch.n) != row
-    kept = Batch(batch.rewards[keep], batch.index[keep])
-    expected = ctx.expected(kept)
-    got = a[keep]
-    same = kept.index == batch.index[row]
-    found_other = find_mismatch(
-        got[~same], expected[~same], rtol=0.0, atol=ctx.tolerance(kept, expected)[~same], noun="advantages"
+    _nan_left_out(
+        ctx,
+        batch,
+        lambda: at_last(call_token(ctx, batch, lengths)[2], lengths),
+        token_repr(ctx, batch, lengths),
+        _NanCauses(
+            "a NaN in one group contaminates the batch statistics",
+            "the NaN enters the group's statistics (as in verl 0.9.1's outcome estimators); loud, "
+            "since the loss turns NaN, but the group is lost: "
+            "raise on a NaN reward, or leave it out",
+            "the NaN is replaced by 0 (e.g. nan_to_num) and counted in the group's mean and std",
+            advisory=False,
+        ),
     )
-    if found_other is not None:
-        raise PropertyFailure(
-            Finding(
-                f"a NaN reward in group {batch.index[row]} changed other groups' advantages: "
-                f"{found_other.render()}",
-                call,
-                ctx.reference.name,
-                "a NaN in one group contaminates the batch statistics",
-                confirmed=True,
-                kind="mismatch",
-                mismatch=found_other,
-            )
-        )
-    sib = got[same]
-    if np.isnan(sib).all():
-        raise PropertyFailure(
-            Finding(
-                f"a NaN reward made its siblings' advantages NaN ({sib.tolist()}), but should raise or leave "
-                f"them at {np.round(expected[same], 4).tolist()} (the group without it)",
-                call,
-                ctx.reference.name,
-                "the NaN enters the group's statistics (as in verl 0.9.1's outcome estimators); loud, "
-                "since the loss turns NaN, but the group is lost: "
-                "raise on a NaN reward, or leave it out",
-                confirmed=True,
-                verdict="WARN",
-                kind="not-finite",
-            )
-        )
-    found = find_mismatch(
-        sib, expected[same], rtol=0.0, atol=ctx.tolerance(kept, expected)[same], noun="advantages"
-    )
-    if found is not None:
-        replaced = batch.rewards.copy()
-        replaced[row] = 0.0
-        zero = ctx.expected(batch.with_rewards(replaced))[keep][same]
-        counted = (
-            find_mismatch(sib, zero, rtol=0.0, atol=ctx.tolerance(kept, expected)[same], noun="advantages")
-            is None
-        )
-        raise PropertyFailure(
-            Finding(
-                f"a NaN reward silently moved its siblings' baseline: {found.render()}",
-                call,
-                ctx.reference.name,
-                "the NaN is replaced by 0 (e.g. nan_to_num) and counted in the group's mean and std"
-                if counted
-                else None,
-                confirmed=counted,
-                kind="mismatch",
-                mismatch=found,
-            )
-        )
 
 
 #: A NaN reward (an unscoreable response) in group 0, then in group 1 at another place; the other
@@ -608,78 +644,22 @@ def test_nan_rewards(ctx: Context, batch: Batch, p: Any) -> None:
     until the shift real TRL's normalize_then_sum shows on other groups is explained. The oracle raises
     (check_finite).
     """
-    row = int(np.argmax(np.isnan(batch.rewards)))
-    try:
-        a = ctx.flat(batch)
-    except PropertyFailure as exc:
-        if _refused(exc.finding):
-            return  # a clear refusal of a NaN reward
-        raise
-    call = ctx.adapter.call_repr(batch)
-    keep = np.arange(batch.n) != row
-    kept = Batch(batch.rewards[keep], batch.index[keep])
-    expected = ctx.expected(kept)
-    tol = ctx.tolerance(kept, expected)
-    got = a[keep]
-    same = kept.index == batch.index[row]
-    found_other = find_mismatch(got[~same], expected[~same], rtol=0.0, atol=tol[~same], noun="advantages")
-    if found_other is not None:
-        nan_other = bool(np.isnan(got[~same]).any())
-        raise PropertyFailure(
-            Finding(
-                f"a NaN reward in group {batch.index[row]} changed other groups' advantages: "
-                f"{found_other.render()}",
-                call,
-                ctx.reference.name,
-                "the NaN reaches a statistic over the whole batch (a batch mean or std without nan-aware "
-                "reductions): every group turns NaN"
-                if nan_other and np.isnan(got[~same]).all()
-                else None,
-                confirmed=nan_other and bool(np.isnan(got[~same]).all()),
-                verdict="WARN" if nan_other and np.isnan(got[~same]).all() else "FAIL",
-                kind="mismatch",
-                mismatch=found_other,
-            )
-        )
-    sib = got[same]
-    if np.isnan(sib).all():
-        raise PropertyFailure(
-            Finding(
-                f"a NaN reward made its siblings' advantages NaN ({sib.tolist()}), but should raise or leave "
-                f"them at {np.round(expected[same], 4).tolist()} (the group without it)",
-                call,
-                ctx.reference.name,
-                "the NaN enters the group's mean and std (torch.mean / torch.std, as verl and OpenRLHF); "
-                "loud, since the loss turns NaN, but the group is lost: raise on a NaN reward, or leave it "
-                "out (nanmean / nanstd)",
-                confirmed=True,
-                verdict="WARN",
-                kind="not-finite",
-            )
-        )
-    found = find_mismatch(sib, expected[same], rtol=0.0, atol=tol[same], noun="advantages")
-    if found is None:
-        return
-    replaced = batch.rewards.copy()
-    replaced[row] = 0.0
-    zero = ctx.expected(batch.with_rewards(replaced))[keep][same]
-    counted = find_mismatch(sib, zero, rtol=0.0, atol=tol[same], noun="advantages") is None
-    raise PropertyFailure(
-        Finding(
-            f"a NaN reward silently moved its siblings' baseline: {found.render()}",
-            call,
-            ctx.reference.name,
+    _nan_left_out(
+        ctx,
+        batch,
+        lambda: ctx.flat(batch),
+        ctx.adapter.call_repr(batch),
+        _NanCauses(
+            "the NaN reaches a statistic over the whole batch (a batch mean or std without nan-aware "
+            "reductions): every group turns NaN",
+            "the NaN enters the group's mean and std (torch.mean / torch.std, as verl and OpenRLHF); "
+            "loud, since the loss turns NaN, but the group is lost: raise on a NaN reward, or leave it "
+            "out (nanmean / nanstd)",
             "the NaN is replaced by 0 (nan_to_num, or a nansum over reward functions) and counted in its "
             "group's mean and std: a response no one scored pulls its siblings' baseline (measured: "
-            f"siblings {np.round(sib, 4).tolist()} vs {np.round(expected[same], 4).tolist()} without it); "
-            "leave it out (nanmean / nanstd) or raise"
-            if counted
-            else None,
-            confirmed=counted,
-            verdict="WARN" if counted else "FAIL",
-            kind="mismatch",
-            mismatch=found,
-        )
+            "siblings {siblings} vs {without} without it); leave it out (nanmean / nanstd) or raise",
+            advisory=True,
+        ),
     )
 
 

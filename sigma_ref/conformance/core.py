@@ -200,6 +200,32 @@ class Context:
             )
         )
 
+    def fail_nonzero(
+        self,
+        bad: np.ndarray,
+        values: np.ndarray,
+        what: Callable[[int], str],
+        batch: Batch,
+        actual: np.ndarray | None = None,
+        *,
+        at: str = "index",
+        facts: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        """Fail (kind ``value``) at the first entry ``j`` that ``bad`` marks, where ``values`` should be
+        0: ``what(j)`` says so; the facts name the entry ``at`` (``index``, ``group``), with its actual
+        value and the expected 0, after ``facts``. ``actual`` and ``options``: as :meth:`fail`."""
+        if bad.any():
+            j = int(np.argmax(bad))
+            self.fail(
+                what(j),
+                batch,
+                actual,
+                kind="value",
+                facts={**(facts or {}), at: j, "actual": float(values[j]), "expected": 0.0},
+                **options,
+            )
+
     def compare(
         self,
         what: str,

@@ -37,6 +37,7 @@ __all__ = [
     "POLICY_T",
     "Policy",
     "call_loss",
+    "scalar_loss",
     "loss_keywords",
     "prescaled_advantages",
     "check_loss_call",
@@ -155,7 +156,14 @@ def call_loss(
         index = np.unique(batch.index, return_inverse=True)[1].reshape(-1)
     old, extra = _loss_inputs(ctx, logp, mask, old_logp, index)
     adv = prescaled_advantages(ctx, adv, mask, index)
-    out = guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}", **extra)
+    return scalar_loss(
+        guarded(ctx.adapter.loss, logp, old, adv, mask, what=lambda: f"loss {where} on {batch!r}", **extra)
+    )
+
+
+def scalar_loss(out: Any) -> torch.Tensor:
+    """What a loss call returned, as a 0-d Tensor: a ``(loss, metrics)`` pair's loss, as many trainers
+    return; anything but a one-element Tensor fails (kind ``shape``)."""
     if isinstance(out, tuple | list) and out:
         out = out[0]  # (loss, metrics), as many trainers return
     if not isinstance(out, torch.Tensor) or out.numel() != 1:

@@ -14,11 +14,14 @@ suite calls them in, written here once:
 * :func:`ppo_objective`, :data:`LOSS_PROPERTIES`, :func:`at_scale_name`: the declared PPO
   objective, the loss properties a loss-only row runs, a row's name in ``AT_SCALE``;
 * :func:`loss_type_scaleout`: the level-5 rows of a trainer configured by TRL's ``loss_type``
-  (TRL and Unsloth).
+  (TRL and Unsloth);
+* :func:`row_builder`, :func:`variant_rows`: a peer's ``_adapter``, the row of an advantage function
+  and a loss with its declared convention, aggregation and objective; the rows of its loss options.
 """
 
 from __future__ import annotations
 
+import enum
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,9 +43,11 @@ __all__ = [
     "outcome_estimator",
     "ppo_objective",
     "registry_estimators",
+    "row_builder",
     "suite_loss",
     "token_estimator",
     "token_rows",
+    "variant_rows",
 ]
 
 #: The loss properties the matrix runs on a row that differs from another only in its loss.
@@ -187,6 +192,94 @@ def ppo_objective(aggregation: str, *, eps: float, **options: Any) -> Objective:
     """
     eps_high = options.pop("eps_high", eps)
     return Objective("ppo", eps_low=eps, eps_high=eps_high, aggregation=aggregation, **options)
+
+
+class _Declared(enum.Enum):
+    """The ``objective`` a :func:`row_builder` row takes when none is passed: its peer's default."""
+
+    DEFAULT = enum.auto()
+
+
+def row_builder(
+    peer: str,
+    layout: str,
+    *,
+    ppo: Callable[[str], Objective] | None = None,
+    loss: Callable[..., Any] | None = None,
+    aggregation: str = "token-mean",
+    **fixed: Any,
+) -> Callable[..., Adapter]:
+    """``row(fn, convention, name, loss, aggregation, objective, **options)``: the :class:`Adapter`
+    of ``peer``'s advantage function ``fn`` (in ``layout``) and its ``loss``, named ``"<peer> <name>"``.
+
+    ``loss`` and ``aggregation`` here are the row's defaults; without an ``objective`` (``None``
+    declares none) the row declares ``ppo(aggregation)``, or none where ``ppo`` is ``None``.
+    ``fixed`` and ``options`` are further ``Adapter`` fields.
+
+    >>> row = row_builder("demo", "index", ppo=lambda agg: ppo_objective(agg, eps=0.2), ragged=True)
+    >>> a = row(len, "verl", "grpo", None)
+    >>> (a.name, a.layout, a.ragged, a.aggregation, a.objective.eps_high)
+    ('demo grpo', 'index', True, 'token-mean', 0.2)
+    >>> row(len, "verl", "grpo", None, "seq-mean-token-mean", None).objective is None
+    True
+    """
+    default_loss, default_aggregation = loss, aggregation
+
+    def row(
+        fn: Callable[..., Any],
+        convention: str | None,
+        name: str,
+        loss: Callable[..., Any] | None = default_loss,
+        aggregation: str = default_aggregation,
+        objective: Objective | _Declared | None = _Declared.DEFAULT,
+        **options: Any,
+    ) -> Adapter:
+        if isinstance(objective, _Declared):
+            objective = ppo(aggregation) if ppo is not None else None
+        return Adapter(
+            fn,
+            layout,
+            loss=loss,
+            convention=convention,
+            name=f"{peer} {name}",
+            aggregation=aggregation,
+            objective=objective,
+            **fixed,
+            **options,
+        )
+
+    return row
+
+
+def variant_rows(
+    row: Callable[..., Adapter],
+    fn: Callable[..., Any],
+    convention: str | None,
+    name: str,
+    loss: Callable[..., Callable[..., Any]],
+    variants: Mapping[str, tuple[str, Mapping[str, Any], Objective | None]],
+) -> dict[str, Adapter]:
+    """The rows of a peer's loss options ``variants``, ``mode: (aggregation, options, objective)``:
+    ``row(fn, convention, name + <the words in the mode's brackets>, loss(aggregation, **options),
+    aggregation, objective)``, ``row`` a :func:`row_builder` row.
+
+    >>> rows = variant_rows(row_builder("demo", "index"), len, "verl", "grpo + ", lambda agg, **o: None,
+    ...                     {"loss[token-sum, c=2]": ("token-sum", {"c": 2}, None)})
+    >>> a = rows["loss[token-sum, c=2]"]
+    >>> (a.name, a.aggregation, a.objective)
+    ('demo grpo + token-sum, c=2', 'token-sum', None)
+    """
+    return {
+        mode: row(
+            fn,
+            convention,
+            name + mode.partition("[")[2].removesuffix("]"),
+            loss(aggregation, **options),
+            aggregation,
+            objective,
+        )
+        for mode, (aggregation, options, objective) in variants.items()
+    }
 
 
 def at_scale_name(mode: str, prefix: str = "") -> str:

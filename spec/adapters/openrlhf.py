@@ -48,7 +48,7 @@ import torch
 from sigma_ref.conformance import Adapter
 from sigma_ref.objectives import Objective
 
-from ._common import LOSS_PROPERTIES, at_scale_name, ppo_objective, suite_loss
+from ._common import LOSS_PROPERTIES, at_scale_name, ppo_objective, row_builder, suite_loss, variant_rows
 from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
 __all__ = [*MODULE_API, "VARIANTS", "LOSS_ONLY", "SCALEOUT", "AT_SCALE"]
@@ -302,23 +302,7 @@ def _ppo(aggregation: str, **kw: Any) -> Objective:
     return ppo_objective(aggregation, eps=_EPS, **kw)
 
 
-def _adapter(
-    fn: Callable[..., Any],
-    convention: str,
-    name: str,
-    loss: Callable[..., Any],
-    aggregation: str = "token-mean",
-    objective: Objective | None = None,
-) -> Adapter:
-    return Adapter(
-        fn,
-        "contiguous",
-        loss=loss,
-        convention=convention,
-        name=f"openrlhf {name}",
-        aggregation=aggregation,
-        objective=objective or _ppo(aggregation),
-    )
+_adapter = row_builder("openrlhf", "contiguous", ppo=_ppo)
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -359,17 +343,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], Objective]] = {
     ),
 }
 ADAPTERS.update(
-    {
-        mode: _adapter(
-            _GROUP_NORM,
-            "openrlhf",
-            "group_norm + PolicyLoss " + mode.removeprefix("policy[").removesuffix("]"),
-            _policy_loss(agg, **options),
-            agg,
-            objective,
-        )
-        for mode, (agg, options, objective) in VARIANTS.items()
-    }
+    variant_rows(_adapter, _GROUP_NORM, "openrlhf", "group_norm + PolicyLoss ", _policy_loss, VARIANTS)
 )
 ADAPTERS.update(
     {

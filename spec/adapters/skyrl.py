@@ -55,7 +55,7 @@ from sigma_ref.conformance import Adapter
 from sigma_ref.conformance.scaleout import HORIZON
 from sigma_ref.objectives import Objective
 
-from ._common import LOSS_PROPERTIES, ppo_objective, registry_estimators, suite_loss, token_rows
+from ._common import LOSS_PROPERTIES, ppo_objective, registry_estimators, row_builder, suite_loss, token_rows
 from ._peers import MODULE_API, Peer, ScaleOut, lazy, per_token
 
 __all__ = [*MODULE_API, "NOTES", "LOSS_ONLY", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE", "LOSS_REDUCTIONS"]
@@ -166,24 +166,7 @@ _GRPO = _estimator("grpo", grpo_norm_by_std=True)
 _DEFAULT_LOSS = _loss("regular", "token_mean")
 
 
-def _adapter(
-    fn: Callable[..., Any],
-    convention: str | None,
-    name: str,
-    loss: Callable[..., Any] | None = _DEFAULT_LOSS,
-    aggregation: str = "token-mean",
-    objective: Objective | None = None,
-) -> Adapter:
-    return Adapter(
-        fn,
-        "index",
-        loss=loss,
-        convention=convention,
-        ragged=True,
-        name=f"skyrl {name}",
-        aggregation=aggregation,
-        objective=objective if objective is not None else _ppo(aggregation),
-    )
+_adapter = row_builder("skyrl", "index", ppo=_ppo, loss=_DEFAULT_LOSS, ragged=True)
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -263,14 +246,11 @@ POLICIES: dict[str, Objective | None] = {
 }
 ADAPTERS.update(
     {
-        f"policy[{policy}]": Adapter(
+        f"policy[{policy}]": _adapter(
             _GRPO,
-            "index",
-            loss=_loss(policy, "token_mean"),
-            convention="verl",
-            ragged=True,
-            name=f"skyrl grpo + policy_loss_type={policy}, loss_reduction=token_mean",
-            aggregation="token-mean",
+            "verl",
+            f"grpo + policy_loss_type={policy}, loss_reduction=token_mean",
+            _loss(policy, "token_mean"),
             objective=objective,
         )
         for policy, objective in POLICIES.items()

@@ -49,7 +49,15 @@ from sigma_ref._vocabulary import TRL_LOSS_TYPES
 from sigma_ref.conformance import Adapter
 from sigma_ref.objectives import Objective, resolve_aggregation
 
-from ._common import LOSS_PROPERTIES, at_scale_name, loss_type_scaleout, ppo_objective, suite_loss
+from ._common import (
+    LOSS_PROPERTIES,
+    at_scale_name,
+    loss_type_scaleout,
+    ppo_objective,
+    row_builder,
+    suite_loss,
+    variant_rows,
+)
 from ._peers import MODULE_API, Peer, ScaleOut, lazy
 
 __all__ = [
@@ -480,23 +488,8 @@ OBJECTIVES: dict[str, Objective | None] = {
 }
 
 
-def _adapter(
-    fn: Callable[..., Any],
-    convention: str,
-    name: str,
-    loss: Callable[..., Any],
-    loss_type: str = "dapo",
-    objective: Objective | None = None,
-) -> Adapter:
-    return Adapter(
-        fn,
-        "contiguous",
-        loss=loss,
-        convention=convention,
-        name=f"trl {name}",
-        aggregation=loss_type,
-        objective=objective,
-    )
+#: A row with TRL's default ``loss_type`` and no objective unless given.
+_adapter = row_builder("trl", "contiguous", aggregation="dapo")
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -564,19 +557,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], Objective | None]] = {
         Objective("gspo", eps_low=_EPS, eps_high=_EPS, aggregation="grpo", kl="k3-is", kl_coef=0.04),
     ),
 }
-ADAPTERS.update(
-    {
-        mode: _adapter(
-            _GROUP,
-            "trl",
-            "scale_rewards=group + loss_type=" + mode.removeprefix("loss[").removesuffix("]"),
-            _loss(loss_type, **options),
-            loss_type,
-            objective,
-        )
-        for mode, (loss_type, options, objective) in VARIANTS.items()
-    }
-)
+ADAPTERS.update(variant_rows(_adapter, _GROUP, "trl", "scale_rewards=group + loss_type=", _loss, VARIANTS))
 #: TRL generating with vLLM (``use_vllm=True``) corrects for the rollout engine with
 #: ``vllm_importance_sampling_correction`` (default True): each ``vllm_importance_sampling_mode``
 #: with the default ``vllm_importance_sampling_clip_max`` 3 (``sequence_mask`` is the default mode):

@@ -36,7 +36,7 @@ from sigma_ref.conformance import Adapter
 from sigma_ref.objectives import Objective
 
 from . import trl as _trl
-from ._common import LOSS_PROPERTIES, loss_type_scaleout, suite_loss
+from ._common import LOSS_PROPERTIES, loss_type_scaleout, row_builder, suite_loss, variant_rows
 from ._peers import MODULE_API, Peer, ScaleOut, lazy
 
 __all__ = [*MODULE_API, "NOTES", "LOSS_ONLY", "LOSS_TYPES", "OBJECTIVE_NOTES", "SCALEOUT", "AT_SCALE"]
@@ -198,20 +198,11 @@ def _group_advantages() -> Callable[..., Any]:
 _GROUP = _group_advantages()
 
 
-def _adapter(name: str, loss: Callable[..., Any], loss_type: str, objective: Objective | None) -> Adapter:
-    return Adapter(
-        _GROUP,
-        "contiguous",
-        loss=loss,
-        convention="trl",
-        name=f"unsloth {name}",
-        aggregation=loss_type,
-        objective=objective,
-    )
+_adapter = row_builder("unsloth", "contiguous")
 
 
 ADAPTERS: dict[str, Adapter] = {
-    f"loss[{t}]": _adapter(f"loss_type={t}", _loss(t), t, OBJECTIVES[t]) for t in LOSS_TYPES
+    f"loss[{t}]": _adapter(_GROUP, "trl", f"loss_type={t}", _loss(t), t, OBJECTIVES[t]) for t in LOSS_TYPES
 }
 #: Options of a loss type, ``mode: (loss_type, options, declared objective)``: TRL's variants
 #: (``GRPOConfig`` options, which Unsloth's trainer passes to ``grpo_compute_loss`` as keywords) that
@@ -243,12 +234,7 @@ VARIANTS.update(
         for m in ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate")
     }
 )
-ADAPTERS.update(
-    {
-        mode: _adapter(mode.removeprefix("loss[").removesuffix("]"), _loss(t, **options), t, objective)
-        for mode, (t, options, objective) in VARIANTS.items()
-    }
-)
+ADAPTERS.update(variant_rows(_adapter, _GROUP, "trl", "", _loss, VARIANTS))
 
 OBJECTIVE_NOTES: dict[str, str] = {
     "loss[cispo]": "cispo weight min(r, 0.2): the default epsilon_high = 0.2 < 1 caps every weight below 1",

@@ -41,6 +41,7 @@ from ._common import (
     at_scale_name,
     ppo_objective,
     registry_estimators,
+    row_builder,
     suite_loss,
     token_rows,
 )
@@ -237,25 +238,7 @@ _GRPO = _estimator("grpo", norm_adv_by_std_in_grpo=True)
 _DEFAULT_LOSS = _policy_loss("token-mean")
 
 
-def _adapter(
-    fn: Callable[..., Any],
-    convention: str,
-    name: str,
-    loss: Callable[..., Any] | None,
-    aggregation: str = "token-mean",
-    **kw: Any,
-) -> Adapter:
-    kw.setdefault("objective", _ppo(aggregation))
-    return Adapter(
-        fn,
-        "index",
-        loss=loss,
-        convention=convention,
-        ragged=True,
-        name=f"verl {name}",
-        aggregation=aggregation,
-        **kw,
-    )
+_adapter = row_builder("verl", "index", ppo=_ppo, ragged=True)
 
 
 ADAPTERS: dict[str, Adapter] = {
