@@ -484,6 +484,9 @@ def _detect(adapter: Adapter) -> Detection:
     silent = _behaviour(None if probe is None else probe[:4])
     if silent != "zero":
         notes.append(f"a silent group [1,1,1,1] gets {silent} advantages, not 0")
+    estimator, silent_below = None, 0.0
+    conv: Convention | None
+    differences: tuple[str, ...]
     if family == "unknown":
         singleton = _singleton(adapter, None)
         estimator = _named_estimator(adapter)
@@ -492,60 +495,24 @@ def _detect(adapter: Adapter) -> Detection:
                 f"the advantages are the named estimator {estimator!r} of sigma_ref.estimators on both "
                 "estimator probes: a different algorithm, not a convention"
             )
-        return Detection(
-            family,
-            None,
-            None,
-            PAPER.name,
-            ("structure",),
-            silent,
-            singleton,
-            tuple(notes),
-            precision=precision,
-            residual=residual,
-            estimator=estimator,
-        )
-    if family == "rloo":
+        conv, preset_name, nearest, differences = None, None, PAPER.name, ("structure",)
+    elif family == "rloo":
         singleton = _singleton(adapter, None)
-        preset = "rloo" if silent == "zero" else None
-        differences: tuple[str, ...] = () if preset else ("silent groups",)
-        return Detection(
-            family,
-            None,
-            preset,
-            "rloo",
-            differences,
-            silent,
-            singleton,
-            tuple(notes),
-            precision=precision,
-            residual=residual,
-        )
-    eps: float
-    placement: Placement
-    eps, placement, silent_below = (0.0, "add", 0.0) if scale == "none" else _eps(adapter, ddof, scale, notes)
-    conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)
-    singleton = _singleton(adapter, conv)
-    if singleton in SINGLETONS:
-        conv = conv.replace(singleton=singleton)
+        preset_name = "rloo" if silent == "zero" else None
+        conv, nearest, differences = None, "rloo", (() if preset_name else ("silent groups",))
     else:
-        notes.append(f"a group of one response gets {singleton} advantages")
-    ranked = []
-    for order, (name, candidate) in enumerate(PRESETS.items()):
-        diff = _matches(conv, candidate)
-        if singleton not in SINGLETONS and candidate.singleton != "error":
-            diff = [d for d in diff if not d.startswith("singleton")]
-            diff.append(f"singleton {singleton} vs {candidate.singleton}")
-        if silent != "zero":
-            diff.append(f"silent groups {silent} vs zero")
-        # fewest differing fields first; ties go to the preset whose eps matches exactly
-        same_eps = conv.scale == "none" or math.isclose(conv.eps, candidate.eps, rel_tol=0.05, abs_tol=0.0)
-        ranked.append((len(diff), 0 if same_eps else 1, order, name, tuple(diff)))
-    ranked.sort()
-    n_diff, _, _, nearest, differences = ranked[0]
-    preset_name = nearest if n_diff == 0 else None
-    if preset_name is not None:
-        conv = PRESETS[preset_name]
+        eps: float
+        placement: Placement
+        eps, placement, silent_below = (
+            (0.0, "add", 0.0) if scale == "none" else _eps(adapter, ddof, scale, notes)
+        )
+        conv = Convention("detected", ddof=ddof, eps=eps, eps_placement=placement, scale=scale)
+        singleton = _singleton(adapter, conv)
+        if singleton in SINGLETONS:
+            conv = conv.replace(singleton=singleton)
+        else:
+            notes.append(f"a group of one response gets {singleton} advantages")
+        conv, preset_name, nearest, differences = _nearest_preset(conv, singleton, silent)
     return Detection(
         family,
         conv,
@@ -558,4 +525,28 @@ def _detect(adapter: Adapter) -> Detection:
         precision=precision,
         residual=residual,
         silent_below=silent_below,
+        estimator=estimator,
     )
+
+
+def _nearest_preset(
+    conv: Convention, singleton: str, silent: str
+) -> tuple[Convention, str | None, str, tuple[str, ...]]:
+    """The preset nearest ``conv`` (fewest differing fields; ties go to the preset whose eps matches
+    exactly, then to the preset order): ``(the preset or conv, its name when nothing differs, the
+    nearest name, the differences)``."""
+    ranked = []
+    for order, (name, candidate) in enumerate(PRESETS.items()):
+        diff = _matches(conv, candidate)
+        if singleton not in SINGLETONS and candidate.singleton != "error":
+            diff = [d for d in diff if not d.startswith("singleton")]
+            diff.append(f"singleton {singleton} vs {candidate.singleton}")
+        if silent != "zero":
+            diff.append(f"silent groups {silent} vs zero")
+        same_eps = conv.scale == "none" or math.isclose(conv.eps, candidate.eps, rel_tol=0.05, abs_tol=0.0)
+        ranked.append((len(diff), 0 if same_eps else 1, order, name, tuple(diff)))
+    ranked.sort()
+    n_diff, _, _, nearest, differences = ranked[0]
+    if n_diff == 0:
+        return PRESETS[nearest], nearest, nearest, differences
+    return conv, None, nearest, differences
