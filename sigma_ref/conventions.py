@@ -135,33 +135,53 @@ class Convention:
         return f"{self.name}: {d}; {single}"
 
 
-#: Where each preset was read from (its ``source``).
-_SOURCES: Mapping[str, str] = {
-    "paper": "arXiv 2607.00152: population std, no epsilon",
-    "post": "seed blog post's grpo_advantage: tensor.std() (Bessel) + 1e-8",
-    "dr_grpo": "Dr. GRPO (arXiv 2503.20783): mean-centering only",
-    "trl": "trl 1.16.0: GRPOTrainer, scale_rewards='group' (nanstd + 1e-4), contiguous groups",
-    "trl_batch": "trl 1.16.0: GRPOTrainer, scale_rewards='batch' (group mean, batch nanstd + 1e-4)",
-    "verl": "verl 0.9.1: core_algos.compute_grpo_outcome_advantage (torch.std + 1e-6), groups by uid",
-    "openrlhf": "openrlhf 0.11.2: advantage estimator 'group_norm' (std + 1e-9), contiguous groups",
-}
-
-#: The presets, one a row: name, ddof, eps, scale, singleton (``eps_placement`` is ``"add"`` in all).
-_PRESET_ROWS: tuple[tuple[str, int, float, Scale, Singleton], ...] = (
-    ("paper", 0, 0.0, "group", "error"),
-    ("post", 1, 1e-8, "group", "error"),
-    ("dr_grpo", 0, 0.0, "none", "error"),
-    ("trl", 1, 1e-4, "group", "zero"),
-    ("trl_batch", 1, 1e-4, "batch", "zero"),
-    ("verl", 1, 1e-6, "group", "unit_std"),
-    ("openrlhf", 1, 1e-9, "group", "error"),
+PAPER = Convention(
+    "paper",
+    source="arXiv 2607.00152: population std, no epsilon",
+)
+POST = Convention(
+    "post",
+    ddof=1,
+    eps=1e-8,
+    source="seed blog post's grpo_advantage: tensor.std() (Bessel) + 1e-8",
+)
+DR_GRPO = Convention(
+    "dr_grpo",
+    scale="none",
+    source="Dr. GRPO (arXiv 2503.20783): mean-centering only",
+)
+TRL = Convention(
+    "trl",
+    ddof=1,
+    eps=1e-4,
+    singleton="zero",
+    source="trl 1.16.0: GRPOTrainer, scale_rewards='group' (nanstd + 1e-4), contiguous groups",
+)
+TRL_BATCH = Convention(
+    "trl_batch",
+    ddof=1,
+    eps=1e-4,
+    scale="batch",
+    singleton="zero",
+    source="trl 1.16.0: GRPOTrainer, scale_rewards='batch' (group mean, batch nanstd + 1e-4)",
+)
+VERL = Convention(
+    "verl",
+    ddof=1,
+    eps=1e-6,
+    singleton="unit_std",
+    source="verl 0.9.1: core_algos.compute_grpo_outcome_advantage (torch.std + 1e-6), groups by uid",
+)
+OPENRLHF = Convention(
+    "openrlhf",
+    ddof=1,
+    eps=1e-9,
+    source="openrlhf 0.11.2: advantage estimator 'group_norm' (std + 1e-9), contiguous groups",
 )
 
 PRESETS: Mapping[str, Convention] = {
-    name: Convention(name, ddof, eps, scale=scale, singleton=singleton, source=_SOURCES[name])
-    for name, ddof, eps, scale, singleton in _PRESET_ROWS
+    c.name: c for c in (PAPER, POST, DR_GRPO, TRL, TRL_BATCH, VERL, OPENRLHF)
 }
-PAPER, POST, DR_GRPO, TRL, TRL_BATCH, VERL, OPENRLHF = PRESETS.values()
 
 
 def get_convention(name: str | Convention) -> Convention:
