@@ -24,6 +24,7 @@ from sigma_ref.conformance.inputs import (
     ILL,
     LIVE,
     WITH_SILENT,
+    any_batch,
     at_last,
     batches,
     call_token,
@@ -38,7 +39,7 @@ from sigma_ref.conformance.inputs import (
 @conformance_property(
     level="algebra",
     examples=lambda ctx, p: LIVE + WITH_SILENT + ILL,
-    strategy=lambda ctx, p: batches(ctx),
+    strategy=any_batch,
 )
 def test_advantage_values(ctx: Context, batch: Batch, p: Any) -> None:
     """A == oracle(R) under the convention: (R - mu) / d per group (d = 1 for Dr. GRPO; RLOO: G/(G-1) (R
@@ -363,7 +364,7 @@ def _short_lengths(n: int) -> torch.Tensor:
 @conformance_property(
     level="algebra",
     examples=lambda ctx, p: LIVE + BINARY,
-    strategy=lambda ctx, p: batches(ctx),
+    strategy=any_batch,
     applies=token_only,
 )
 def test_token_reward_position(ctx: Context, batch: Batch, p: Any) -> None:

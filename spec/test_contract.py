@@ -28,8 +28,8 @@ from sigma_ref.conformance.core import (
 from sigma_ref.conformance.inputs import (
     LIVE,
     WITH_SILENT,
+    any_batch,
     at_last,
-    batches,
     call_token,
     groups_of,
     live,
@@ -38,11 +38,7 @@ from sigma_ref.conformance.inputs import (
 )
 
 
-@conformance_property(
-    level="contract",
-    examples=live,
-    strategy=lambda ctx, p: batches(ctx),
-)
+@conformance_property(level="contract", examples=live, strategy=any_batch)
 def test_output_shape(ctx: Context, batch: Batch, p: Any) -> None:
     """out.shape == rewards.shape for the layout: [N] (contiguous, index) or [B, G] (grouped)."""
     out = ctx.call(batch)
@@ -111,11 +107,7 @@ def test_output_device(ctx: Context, batch: Batch, p: Any) -> None:
         )
 
 
-@conformance_property(
-    level="contract",
-    examples=live,
-    strategy=lambda ctx, p: batches(ctx),
-)
+@conformance_property(level="contract", examples=live, strategy=any_batch)
 def test_input_not_mutated(ctx: Context, batch: Batch, p: Any) -> None:
     """rewards (and index) are equal before and after the call."""
     rewards = torch.tensor(batch.rewards, dtype=torch.float64)
@@ -143,11 +135,7 @@ def test_input_not_mutated(ctx: Context, batch: Batch, p: Any) -> None:
         )
 
 
-@conformance_property(
-    level="contract",
-    examples=live,
-    strategy=lambda ctx, p: batches(ctx),
-)
+@conformance_property(level="contract", examples=live, strategy=any_batch)
 def test_deterministic(ctx: Context, batch: Batch, p: Any) -> None:
     """Two calls on equal rewards give bitwise equal advantages."""
     a = ctx.flat(batch)
@@ -166,7 +154,7 @@ def test_deterministic(ctx: Context, batch: Batch, p: Any) -> None:
 @conformance_property(
     level="contract",
     examples=lambda ctx, p: LIVE + WITH_SILENT,
-    strategy=lambda ctx, p: batches(ctx),
+    strategy=any_batch,
 )
 def test_finite_output(ctx: Context, batch: Batch, p: Any) -> None:
     """Finite rewards give finite advantages, silent groups included."""
@@ -227,7 +215,7 @@ def test_rejects_malformed(ctx: Context, batch: Batch, p: Any) -> None:
 @conformance_property(
     level="contract",
     examples=lambda ctx, p: LIVE + WITH_SILENT,
-    strategy=lambda ctx, p: batches(ctx),
+    strategy=any_batch,
     applies=token_only,
 )
 def test_token_broadcast(ctx: Context, batch: Batch, p: Any) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "ILL",
     "WITH_SILENT",
     "live",
+    "any_batch",
     "seeded",
     "groups_of",
     "POLICY_T",
@@ -97,6 +98,11 @@ WITH_SILENT = [Batch.grouped([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 
 def live(ctx: Context, p: Any) -> list[Batch]:
     """The designed live batches (an ``examples`` callable)."""
     return list(LIVE)
+
+
+def any_batch(ctx: Context, p: Any) -> st.SearchStrategy[Batch]:
+    """The generated batches of :func:`batches` with its defaults (a ``strategy`` callable)."""
+    return batches(ctx)
 
 
 def seeded(strategy: st.SearchStrategy[Batch]) -> st.SearchStrategy[tuple[Batch, int]]:
