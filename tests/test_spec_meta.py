@@ -15,6 +15,7 @@ from sigma_ref.conformance.core import (
     PROPERTIES,
     SPEC_MODULES,
     Property,
+    evaluate,
     load_properties,
     run_property,
 )
@@ -169,6 +170,15 @@ def test_conclude_runs_only_after_every_input_passed() -> None:
     with pytest.raises(PropertyFailure):
         run_property(failing, ctx)
     assert seen == ["bad"]
+
+
+@pytest.mark.parametrize("runner", [run_property, evaluate])
+def test_a_misspelt_run_option_is_an_error_naming_it(runner: Any) -> None:
+    """The options are ``**RunOptions``: a misspelt one raises (it is never a NOTE or ignored)."""
+    with pytest.raises(
+        TypeError, match=r"unknown options \['max_exampels'\]; its options are \['max_examples'"
+    ):
+        runner("group_centering", None, max_exampels=3)
 
 
 _DUPLICATES_PLUGIN = """

@@ -20,7 +20,7 @@ import importlib
 import importlib.util
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import torch
@@ -39,6 +39,8 @@ from .precision import advantage_tolerance, coarser
 from .reference import Reference, as_numpy
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .launch import ScaleoutOptions
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "conformance_property",
     "load_properties",
     "run_property",
+    "RunOptions",
     "evaluate",
     "run_suite",
     "get_property",
@@ -482,44 +485,64 @@ def layout_reason(prop: Property, ctx: Context) -> str | None:
     return None
 
 
+class RunOptions(TypedDict, total=False):
+    """The keyword options of one property run (:func:`run_property`, :func:`evaluate`), each optional.
+
+    ``max_examples`` (default ``None``: the active hypothesis profile's) overrides the number of
+    generated inputs, ``0`` runs the designed inputs only; ``examples`` (default ``True``) runs the
+    designed inputs first; ``shrink`` (default ``True``) shrinks a failing input, ``False`` skips it
+    (fast triage); ``seed`` (default ``None``) fixes hypothesis' random stream (and turns
+    derandomization off).
+
+    >>> options: RunOptions = {"max_examples": 10, "shrink": False}
+    >>> options.get("seed") is None
+    True
+    """
+
+    max_examples: int | None
+    examples: bool
+    shrink: bool
+    seed: int | None
+
+
+def _check_run_options(caller: str, options: RunOptions) -> None:
+    unknown = sorted(set(options) - set(RunOptions.__annotations__))
+    if unknown:
+        raise TypeError(
+            f"{caller}() got unknown options {unknown}; its options are {list(RunOptions.__annotations__)}"
+        )
+
+
 def run_property(
-    prop: Property | str,
-    ctx: Context,
-    param: Any = None,
-    *,
-    max_examples: int | None = None,
-    examples: bool = True,
-    shrink: bool = True,
-    seed: int | None = None,
+    prop: Property | str, ctx: Context, param: Any = None, **options: Unpack[RunOptions]
 ) -> None:
-    """Check ``prop`` on its designed inputs, then on hypothesis-generated ones.
+    """Check ``prop`` on its designed inputs, then on hypothesis-generated ones (``options``:
+    :class:`RunOptions`).
 
     Raises :class:`PropertyFailure` on the first (hypothesis: smallest) failing input,
     :class:`NotApplicable` if the property does not apply; when every input passed, the
-    property's ``conclude`` may raise its NOTE. ``max_examples`` overrides
-    the active hypothesis profile; ``shrink=False`` skips shrinking (fast triage);
-    ``seed`` fixes hypothesis' random stream (and turns derandomization off).
+    property's ``conclude`` may raise its NOTE.
     """
     __tracebackhide__ = True
+    _check_run_options("run_property", options)
     prop = get_property(prop) if isinstance(prop, str) else prop
     reason = prop.applies(ctx, param) or layout_reason(prop, ctx)
     if reason:
         raise NotApplicable(reason)
-    if examples:
+    if options.get("examples", True):
         for ex in prop.examples(ctx, param):
             prop.check(ctx, ex, param)
-    if prop.strategy is not None and max_examples != 0:
-        _run_generated(prop, ctx, param, max_examples=max_examples, shrink=shrink, seed=seed)
+    if prop.strategy is not None and options.get("max_examples") != 0:
+        _run_generated(prop, ctx, param, options)
     if prop.conclude is not None:
         prop.conclude(ctx, param)
 
 
-def _run_generated(
-    prop: Property, ctx: Context, param: Any, *, max_examples: int | None, shrink: bool, seed: int | None
-) -> None:
+def _run_generated(prop: Property, ctx: Context, param: Any, options: RunOptions) -> None:
     """The hypothesis half of :func:`run_property`: ``prop.strategy``'s inputs, shrunk on failure."""
     __tracebackhide__ = True
     assert prop.strategy is not None
+    max_examples, seed = options.get("max_examples"), options.get("seed")
     strategy = prop.strategy(ctx, param)
     kw: dict[str, Any] = {
         "deadline": None,  # a verdict never depends on the machine's load
@@ -531,7 +554,7 @@ def _run_generated(
         kw["max_examples"] = max_examples
     elif prop.cost > 1:
         kw["max_examples"] = max(1, settings().max_examples // prop.cost)
-    if not shrink:
+    if not options.get("shrink", True):
         kw["phases"] = [Phase.explicit, Phase.reuse, Phase.generate]
     else:  # no explain phase: it re-runs the failure to name "lines only failing runs reach" (the guard's)
         kw["phases"] = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
@@ -586,26 +609,19 @@ class Outcome:
         return Outcome(**{**data, "finding": Finding.from_dict(finding) if finding is not None else None})
 
 
-def evaluate(
-    prop: Property | str,
-    ctx: Context,
-    param: Any = None,
-    *,
-    max_examples: int | None = None,
-    examples: bool = True,
-    shrink: bool = True,
-    seed: int | None = None,
-) -> Outcome:
-    """Run one property and classify the result (the one runner of the suite).
+def evaluate(prop: Property | str, ctx: Context, param: Any = None, **options: Unpack[RunOptions]) -> Outcome:
+    """Run one property (:func:`run_property`, the same ``options``) and classify the result (the one
+    runner of the suite).
 
     A :class:`PropertyFailure` keeps its finding's class, except that a FAIL of a property
     that is not required under the convention (``Property.required``) is a WARN, and with
     ``ctx.strict`` every WARN is a FAIL. :class:`NotApplicable` is ``skip``.
     """
+    _check_run_options("evaluate", options)
     prop = get_property(prop) if isinstance(prop, str) else prop
     label = None if param is None else str(param)
     try:
-        run_property(prop, ctx, param, max_examples=max_examples, examples=examples, shrink=shrink, seed=seed)
+        run_property(prop, ctx, param, **options)
     except NotApplicable as exc:
         return Outcome(prop.name, prop.level, label, "skip", str(exc))
     except Exception as raised:  # a PropertyFailure, or hypothesis's group around one (Flaky: nondeterminism)
