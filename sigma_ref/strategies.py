@@ -102,7 +102,14 @@ def _group(
     return st.one_of(drawn, reward_values(binary=binary, bound=bound).map(lambda x: [x] * size))
 
 
-def _check_values(values: str) -> None:
+def _check_groups(
+    min_groups: int, max_groups: int, min_size: int, max_size: int, silent: str, values: str
+) -> None:
+    """The checks of the options :func:`reward_groups` and :func:`ragged_batches` share."""
+    _check_range("min_groups", min_groups, "max_groups", max_groups, 1)
+    _check_range("min_size", min_size, "max_size", max_size, 1)
+    if silent not in ("sometimes", "never", "always"):
+        raise ValueError(f"silent={silent!r} must be 'sometimes', 'never' or 'always'")
     if values not in VALUES:
         raise ValueError(f"values={values!r} must be one of {VALUES}")
 
@@ -129,11 +136,7 @@ def reward_groups(
     >>> bool((r == r[:, :1]).all())
     True
     """
-    _check_range("min_groups", min_groups, "max_groups", max_groups, 1)
-    _check_range("min_size", min_size, "max_size", max_size, 1)
-    if silent not in ("sometimes", "never", "always"):
-        raise ValueError(f"silent={silent!r} must be 'sometimes', 'never' or 'always'")
-    _check_values(values)
+    _check_groups(min_groups, max_groups, min_size, max_size, silent, values)
 
     @st.composite
     def build(draw: st.DrawFn) -> np.ndarray:
@@ -171,9 +174,7 @@ def ragged_batches(
     >>> r.shape == i.shape, len(set(i.tolist()))
     (True, 2)
     """
-    _check_range("min_groups", min_groups, "max_groups", max_groups, 1)
-    _check_range("min_size", min_size, "max_size", max_size, 1)
-    _check_values(values)
+    _check_groups(min_groups, max_groups, min_size, max_size, silent, values)
     if ids not in ("int", "str"):
         raise ValueError(f"ids={ids!r} must be 'int' or 'str'")
 

@@ -104,6 +104,8 @@ def test_strategy_factories_are_keyword_only() -> None:
         (lambda: strategies.reward_groups(min_size=3, max_size=1), "min_size=3 is larger than max_size=1"),
         (lambda: strategies.reward_groups(min_groups=0), "min_groups=0 is smaller than 1"),
         (lambda: strategies.reward_groups(silent="maybe"), "silent='maybe'"),
+        (lambda: strategies.ragged_batches(silent="maybe"), "silent='maybe'"),
+        (lambda: strategies.ragged_batches(values="integer"), "values='integer'"),
         (lambda: strategies.score_vectors(n=0), "n=0"),
     ],
 )
