@@ -451,14 +451,7 @@ def read_rollouts(
         raise ValueError(f"engine={engine!r} is not an engine; use 'pyarrow' (the default) or 'ray'")
     if shards.is_shards(path):  # a directory or a glob: streamed shard by shard
         return shards.read_rollout_shards(
-            path,
-            prompt_col=prompt_col,
-            reward_col=reward_col,
-            group_col=group_col,
-            correct_threshold=correct_threshold,
-            consecutive_groups=consecutive_groups,
-            fmt=fmt,
-            engine=engine,
+            path, columns=columns, consecutive_groups=consecutive_groups, fmt=fmt, engine=engine
         )
     fmt = _format_of(path, fmt)
     table = _read_table(path, fmt, columns.names, progress)
