@@ -46,9 +46,10 @@ def _first_line(exc: BaseException) -> str:
 def map_shards(
     files: list[str], options: dict[str, Any], *, in_flight: int | None = None
 ) -> Generator[ShardCounts, None, None]:
-    """``shard_counts(file, **options)`` for each of ``files``, each in its own Ray task, yielded
-    in the order of ``files``; at most ``in_flight`` tasks (default: twice the cluster's CPUs)
-    run or wait to be merged at once, so the driver holds a bounded number of results.
+    """``shard_counts(file, **options)`` for each of ``files`` (``options``: its keywords, the
+    ``columns``, ``G`` and ``fmt``), each in its own Ray task, yielded in the order of ``files``;
+    at most ``in_flight`` tasks (default: twice the cluster's CPUs) run or wait to be merged at
+    once, so the driver holds a bounded number of results.
 
     A task that raised ``ValueError`` or ``TypeError`` (a bad shard) re-raises it here, with the
     default engine's one-line message; any other failure, and a cluster that cannot be started

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Rollouts", "read_rollouts", "rollout_counts", "subsampled_silent_rate"]
+__all__ = ["LogColumns", "Rollouts", "read_rollouts", "rollout_counts", "subsampled_silent_rate"]
 
 _FORMATS = {
     ".parquet": "parquet",
@@ -124,6 +124,49 @@ class Rollouts:
             return None
         sizes, counts = np.unique(self.group_n, return_counts=True)
         return int(sizes[np.argmax(counts)])
+
+
+@dataclasses.dataclass(frozen=True)
+class LogColumns:
+    """How to read a rollout log's columns: their names and what counts as correct, checked once.
+
+    ``prompt``: the column that identifies the prompt (ids of any type). ``reward``: the reward
+    column (booleans, numbers that are all 0 or 1, or any numbers with ``correct_threshold``).
+    ``group``: the column whose value, with the prompt, names a rollout's group (``None``: groups
+    are runs of consecutive rows with the same prompt). ``correct_threshold``: a rollout is
+    correct when its reward is ``> correct_threshold`` (``None``: the rewards must be binary).
+    ``ValueError`` when the threshold is not a finite number or two columns share a name.
+
+    >>> LogColumns(group="group").names
+    ['prompt', 'reward', 'group']
+    >>> LogColumns(prompt="q", reward="q")
+    Traceback (most recent call last):
+    ...
+    ValueError: the prompt, reward and group columns must differ; got ['q', 'q']
+    """
+
+    prompt: str = "prompt"
+    reward: str = "reward"
+    group: str | None = None
+    correct_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        threshold = self.correct_threshold
+        if threshold is not None and not (
+            isinstance(threshold, int | float) and -np.inf < threshold < np.inf
+        ):
+            raise ValueError(
+                f"correct_threshold={threshold!r} must be a finite number (a rollout is correct "
+                "when its reward is > T), e.g. 0.5"
+            )
+        names = self.names
+        if len(set(names)) != len(names):
+            raise ValueError(f"the prompt, reward and group columns must differ; got {names}")
+
+    @property
+    def names(self) -> list[str]:
+        """The columns to read: the prompt and reward columns, and the group column when given."""
+        return [self.prompt, self.reward] + ([self.group] if self.group else [])
 
 
 def _pyarrow() -> Any:
@@ -385,7 +428,8 @@ def read_rollouts(
     group, as trainers log a group's ``G`` rollouts together. A progress bar is drawn on a
     terminal (``progress=None``), always (``True``) or never (``False``). ``engine`` reduces
     shards in this process (``"pyarrow"``) or in one Ray task per shard (``"ray"``, the ``ray``
-    extra; shards only), with the identical result.
+    extra; shards only), with the identical result. The column options are checked once, as a
+    :class:`LogColumns`.
 
     Raises ``ValueError`` naming the file for a missing file or column, an empty file, a
     reward column of text or mixed types, and non-binary rewards without a threshold.
@@ -393,13 +437,9 @@ def read_rollouts(
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path={path!r} must be a file name")
     path = os.fspath(path)
-    if correct_threshold is not None and not (
-        isinstance(correct_threshold, int | float) and -np.inf < correct_threshold < np.inf
-    ):
-        raise ValueError(
-            f"correct_threshold={correct_threshold!r} must be a finite number (a rollout is correct "
-            "when its reward is > T), e.g. 0.5"
-        )
+    columns = LogColumns(
+        prompt=prompt_col, reward=reward_col, group=group_col, correct_threshold=correct_threshold
+    )
     from . import shards
 
     if engine not in shards.ENGINES or (not shards.is_shards(path) and engine != "pyarrow"):
@@ -411,31 +451,23 @@ def read_rollouts(
         raise ValueError(f"engine={engine!r} is not an engine; use 'pyarrow' (the default) or 'ray'")
     if shards.is_shards(path):  # a directory or a glob: streamed shard by shard
         return shards.read_rollout_shards(
-            path,
-            prompt_col=prompt_col,
-            reward_col=reward_col,
-            group_col=group_col,
-            correct_threshold=correct_threshold,
-            consecutive_groups=consecutive_groups,
-            fmt=fmt,
-            engine=engine,
+            path, columns=columns, consecutive_groups=consecutive_groups, fmt=fmt, engine=engine
         )
     fmt = _format_of(path, fmt)
-    columns = [prompt_col, reward_col] + ([group_col] if group_col else [])
-    if len(set(columns)) != len(columns):
-        raise ValueError(f"the prompt, reward and group columns must differ; got {columns}")
-    table = _read_table(path, fmt, columns, progress)
-    correct = _correct(path, table.column(reward_col).combine_chunks(), reward_col, correct_threshold)
-    prompt_column = table.column(prompt_col)
+    table = _read_table(path, fmt, columns.names, progress)
+    correct = _correct(
+        path, table.column(columns.reward).combine_chunks(), columns.reward, columns.correct_threshold
+    )
+    prompt_column = table.column(columns.prompt)
     if prompt_column.null_count:
-        raise ValueError(f"{path}: {prompt_column.null_count} rows have no {prompt_col!r}")
+        raise ValueError(f"{path}: {prompt_column.null_count} rows have no {columns.prompt!r}")
     codes, prompts = _codes(prompt_column)
     group = None
-    if group_col:
-        group, _ = _codes(table.column(group_col))
+    if columns.group:
+        group, _ = _codes(table.column(columns.group))
     n, k, group_n, group_k, group_prompt = rollout_counts(codes, correct, group)
-    source = f"column {group_col}" if group_col else "consecutive rows"
-    if not group_col and (not consecutive_groups or np.median(group_n) < 2):
+    source = f"column {columns.group}" if columns.group else "consecutive rows"
+    if not columns.group and (not consecutive_groups or np.median(group_n) < 2):
         # shuffled logs: runs of one row are not groups
         group_n = group_k = group_prompt = np.zeros(0, np.int64)
         source = ""

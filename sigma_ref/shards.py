@@ -12,7 +12,7 @@ integers), not to rollouts. Prompt ids get global codes in order of first appear
 merge looks the distinct ids of the shards up in those seen before once the shards waiting
 hold as many ids as are known (so each known id is hashed a bounded number of times).
 
-Groups: the rows sharing ``(prompt, group_col)`` (a group may span batches and shards), or runs of
+Groups: the rows sharing ``(prompt, columns.group)`` (a group may span batches and shards), or runs of
 consecutive rows with the same prompt, joined across batch and shard boundaries. A run of
 ``m G`` rows is ``m`` groups of ``G``, as in :func:`sigma_ref.rollouts.rollout_counts`, where the
 logged ``G`` is the most common run length; here (:func:`run_length`) it is the most common
@@ -30,7 +30,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .rollouts import _BATCH_ROWS, _FORMATS, Rollouts, _check_columns, _correct, _format_of, _pyarrow
+from .rollouts import (
+    _BATCH_ROWS,
+    _FORMATS,
+    LogColumns,
+    Rollouts,
+    _check_columns,
+    _correct,
+    _format_of,
+    _pyarrow,
+)
 
 __all__ = ["shard_paths", "read_rollout_shards", "ShardCounts", "shard_counts", "merge_shard_counts"]
 
@@ -38,6 +47,8 @@ _Ints = npt.NDArray[np.int64]
 _Bits = npt.NDArray[np.int8]
 _Int32s = npt.NDArray[np.int32]
 _NONE = np.zeros(0, np.int64)
+#: The columns read when none are named: ``prompt``, binary ``reward``, consecutive-row groups.
+_DEFAULT_COLUMNS = LogColumns()
 
 
 def shard_paths(path: str) -> list[str]:
@@ -157,13 +168,6 @@ class ShardCounts:
     runs: tuple[_Ints, _Ints, _Ints] = (_NONE, _NONE, _NONE)
 
 
-def _columns(prompt_col: str, reward_col: str, group_col: str | None) -> list[str]:
-    columns = [prompt_col, reward_col] + ([group_col] if group_col else [])
-    if len(set(columns)) != len(columns):
-        raise ValueError(f"the prompt, reward and group columns must differ; got {columns}")
-    return columns
-
-
 #: How many runs of consecutive rows :func:`run_length` counts (the whole log's when it has fewer).
 RUNS_FOR_G = 10_000
 
@@ -171,19 +175,20 @@ RUNS_FOR_G = 10_000
 def run_length(
     files: list[str],
     *,
-    prompt_col: str = "prompt",
+    columns: LogColumns = _DEFAULT_COLUMNS,
     fmt: str | None = None,
 ) -> int:
     """The logged ``G`` of consecutive-row groups: the most common length of the first
     ``RUNS_FOR_G`` runs of one prompt, read from the first shard on (all runs when the log has
-    fewer, the last one included, as :func:`sigma_ref.rollouts.rollout_counts` counts them)."""
-    prompts = _Dictionary(prompt_col)
+    fewer, the last one included, as :func:`sigma_ref.rollouts.rollout_counts` counts them); only
+    ``columns.prompt`` is read."""
+    prompts = _Dictionary(columns.prompt)
     carry = _NONE
     lengths: list[_Ints] = []
     counted = 0
     for file in files:
-        for batch in _batches(file, _format_of(file, fmt), [prompt_col]):
-            code = np.concatenate([carry, prompts.codes(file, batch.column(prompt_col))])
+        for batch in _batches(file, _format_of(file, fmt), [columns.prompt]):
+            code = np.concatenate([carry, prompts.codes(file, batch.column(columns.prompt))])
             if code.size == 0:
                 continue
             starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
@@ -199,38 +204,35 @@ def run_length(
 def shard_counts(
     file: str,
     *,
-    prompt_col: str = "prompt",
-    reward_col: str = "reward",
-    group_col: str | None = None,
-    correct_threshold: float | None = None,
+    columns: LogColumns = _DEFAULT_COLUMNS,
     G: int = 0,
     fmt: str | None = None,
 ) -> ShardCounts:
     """Reduce one shard, batch by batch, to its :class:`ShardCounts`.
 
     ``G`` splits runs of consecutive rows (a run of ``m G`` rows is ``m`` groups of ``G``;
-    :func:`run_length` gives the log's); unused with ``group_col``. The same columns, rewards
+    :func:`run_length` gives the log's); unused with ``columns.group``. The same columns, rewards
     and errors as :func:`sigma_ref.rollouts.read_rollouts`.
     """
-    columns = _columns(prompt_col, reward_col, group_col)
-    prompts, groups = _Dictionary(prompt_col), _Dictionary(group_col or "")
+    prompts, groups = _Dictionary(columns.prompt), _Dictionary(columns.group or "")
     n = k = _NONE
     rows = 0
     keyed: list[tuple[_Ints, _Ints, _Ints]] = []  # (prompt * 2**32 + group, rows, correct) per batch
     runs: list[tuple[_Ints, _Ints, _Ints]] = []  # (prompt, size, correct) of finished groups
     head: tuple[int, _Bits] | None = None
     carry_prompt, carry_correct = _NONE, _NONE
-    for batch in _batches(file, _format_of(file, fmt), columns):
+    for batch in _batches(file, _format_of(file, fmt), columns.names):
         if batch.num_rows == 0:
             continue
         rows += batch.num_rows
-        code = prompts.codes(file, batch.column(prompt_col))
-        correct = _correct(file, batch.column(reward_col), reward_col, correct_threshold).astype(np.int64)
+        code = prompts.codes(file, batch.column(columns.prompt))
+        rewards = batch.column(columns.reward)
+        correct = _correct(file, rewards, columns.reward, columns.correct_threshold).astype(np.int64)
         size = len(prompts.known)
         n = _grow(n, size) + np.bincount(code, minlength=size)
         k = _grow(k, size) + np.bincount(code, weights=correct, minlength=size).astype(np.int64)
-        if group_col:
-            key = code * (1 << 32) + groups.codes(file, batch.column(group_col))
+        if columns.group:
+            key = code * (1 << 32) + groups.codes(file, batch.column(columns.group))
             unique, inverse = np.unique(key, return_inverse=True)
             keyed.append(
                 (unique, np.bincount(inverse), np.bincount(inverse, weights=correct).astype(np.int64))
@@ -253,7 +255,7 @@ def shard_counts(
             )
     if rows == 0:
         return ShardCounts(file, 0, None, _NONE, _NONE)
-    if group_col:
+    if columns.group:
         unique, inverse = np.unique(np.concatenate([u for u, _, _ in keyed]), return_inverse=True)
         key_n = np.bincount(inverse, weights=np.concatenate([r for _, r, _ in keyed])).astype(np.int64)
         key_k = np.bincount(inverse, weights=np.concatenate([c for _, _, c in keyed])).astype(np.int64)
@@ -284,8 +286,9 @@ class _Merge:
     """The running merge of :class:`ShardCounts` taken in shard order: global prompt (and group)
     codes, per-prompt counts, and the groups, a run that spans shards joined before it is split."""
 
-    def __init__(self, prompt_col: str, group_col: str | None, G: int) -> None:
-        self.prompts, self.groups = _Dictionary(prompt_col), _Dictionary(group_col or "")
+    def __init__(self, columns: LogColumns, G: int) -> None:
+        self.prompts, self.groups = _Dictionary(columns.prompt), _Dictionary(columns.group or "")
+        self.columns = columns
         self.G = G
         self.rows = 0
         self.n = self.k = _NONE
@@ -380,10 +383,11 @@ class _Merge:
                 )
             chunks.append(column.astype(np.int32))
 
-    def result(self, path: str, group_col: str | None, consecutive_groups: bool) -> Rollouts:
+    def result(self, path: str, consecutive_groups: bool) -> Rollouts:
         self._fold()
         if self.rows == 0:
             raise ValueError(f"{path}: the shards hold no rollouts")
+        group_col = self.columns.group
         source = f"column {group_col}" if group_col else "consecutive rows"
         if group_col:
             unique, inverse = np.unique(np.concatenate([u for u, _, _ in self.keyed]), return_inverse=True)
@@ -406,18 +410,17 @@ def merge_shard_counts(
     parts: Iterable[ShardCounts],
     *,
     path: str,
-    prompt_col: str = "prompt",
-    group_col: str | None = None,
+    columns: LogColumns = _DEFAULT_COLUMNS,
     G: int = 0,
     consecutive_groups: bool = True,
 ) -> Rollouts:
     """Merge the :class:`ShardCounts` of a log's shards, in shard order, into its
-    :class:`sigma_ref.rollouts.Rollouts` (``path`` names the log; ``G`` as for
+    :class:`sigma_ref.rollouts.Rollouts` (``path`` names the log; ``columns`` and ``G`` as for
     :func:`shard_counts`). Each part is folded in as it comes: a stream of parts is never held."""
-    merge = _Merge(prompt_col, group_col, G)
+    merge = _Merge(columns, G)
     for part in parts:
         merge.add(part)
-    return merge.result(path, group_col, consecutive_groups)
+    return merge.result(path, consecutive_groups)
 
 
 ENGINES = ("pyarrow", "ray")
@@ -426,10 +429,7 @@ ENGINES = ("pyarrow", "ray")
 def read_rollout_shards(
     path: str,
     *,
-    prompt_col: str = "prompt",
-    reward_col: str = "reward",
-    group_col: str | None = None,
-    correct_threshold: float | None = None,
+    columns: LogColumns = _DEFAULT_COLUMNS,
     consecutive_groups: bool = True,
     fmt: str | None = None,
     engine: str = "pyarrow",
@@ -449,16 +449,8 @@ def read_rollout_shards(
             "the other in this process) or 'ray' (one Ray task per shard)"
         )
     files = shard_paths(path)
-    _columns(prompt_col, reward_col, group_col)
-    G = 0 if group_col else run_length(files, prompt_col=prompt_col, fmt=fmt)
-    options: dict[str, Any] = {
-        "prompt_col": prompt_col,
-        "reward_col": reward_col,
-        "group_col": group_col,
-        "correct_threshold": correct_threshold,
-        "G": G,
-        "fmt": fmt,
-    }
+    G = 0 if columns.group else run_length(files, columns=columns, fmt=fmt)
+    options: dict[str, Any] = {"columns": columns, "G": G, "fmt": fmt}
     if engine == "ray":
         from .ray_engine import map_shards
 
@@ -467,12 +459,7 @@ def read_rollout_shards(
         parts = (shard_counts(file, **options) for file in files)
     try:
         return merge_shard_counts(
-            parts,
-            path=path,
-            prompt_col=prompt_col,
-            group_col=group_col,
-            G=G,
-            consecutive_groups=consecutive_groups,
+            parts, path=path, columns=columns, G=G, consecutive_groups=consecutive_groups
         )
     finally:
         parts.close()  # a Ray run stops its tasks and its local cluster even on an error
