@@ -202,9 +202,7 @@ def _call_shape_cause(
         grads = {key: readings(np.asarray(r["grad"]), key[1], loss_scale)["none"] for key, r in runs.items()}
         found = identify_packed(
             grads,
-            judge.probe.scores,
-            judge.probe.advantages,
-            judge.probe.mask,
+            judge.probe,
             lengths,
             aggregation,
             assign=judge.assign,
@@ -215,9 +213,7 @@ def _call_shape_cause(
     if cause is None:
         cause = name_advantage_scale(
             g_full,
-            judge.probe.scores,
-            judge.probe.advantages,
-            judge.probe.mask,
+            judge.probe,
             scale=advantage_scale,
             aggregation=aggregation,
             constant=constant,
