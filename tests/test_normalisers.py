@@ -10,6 +10,7 @@ FAILs naming its class.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -122,13 +123,13 @@ def test_the_correct_hypothesis_is_the_oracles_prediction(mode: str) -> None:
     """The right normaliser's gradient at any split is the harness's full-batch prediction."""
     batch = _design(4)
     adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
-    scores = nm.token_scores(batch.theta, batch.feats, batch.tokens)
+    probe = nm.Probe(nm.token_scores(batch.theta, batch.feats, batch.tokens), adv, batch.mask)
     pred = scaleout._prediction(batch, adv, mode)
     for W, M in [(1, 1), (4, 3), (2, 2)]:
         rank, micro = scaleout._assignment(batch, W, M, "whole-groups", "uneven")
         for h in nm.HYPOTHESES[:2]:
             g = nm.hypothesis_gradient(
-                h, scores, adv, batch.mask, mode, rank=rank, micro_batch=micro, world_size=W, micro_batches=M
+                h, probe, mode, rank=rank, micro_batch=micro, world_size=W, micro_batches=M
             )
             expected = pred * h.tau(1, M)  # correct-mean: times M under the reading 'none'
             assert np.allclose(g, expected, rtol=1e-12, atol=0), (h.name, W, M)
@@ -144,6 +145,7 @@ def test_every_wrong_normaliser_shows_a_factor_and_is_named_alone(mode: str, W: 
     adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
     scores = nm.token_scores(batch.theta, batch.feats, batch.tokens)
     counts = _counts(batch)
+    probe = nm.Probe(scores, adv, batch.mask, counts=counts)
 
     def assign(w: int, m: int, split: str) -> tuple[np.ndarray, np.ndarray]:
         return scaleout._assignment(batch, w, m, split, "uneven")
@@ -151,9 +153,8 @@ def test_every_wrong_normaliser_shows_a_factor_and_is_named_alone(mode: str, W: 
     def grad(h: nm.Hypothesis, w: int, m: int) -> np.ndarray:
         rank, micro = assign(w, m, "whole-groups")
         return nm.hypothesis_gradient(
-            h, scores, adv, batch.mask, mode, rank=rank, micro_batch=micro, world_size=w, micro_batches=m,
-            counts=counts,
-        )  # fmt: skip
+            h, probe, mode, rank=rank, micro_batch=micro, world_size=w, micro_batches=m
+        )
 
     right = grad(nm.HYPOTHESES[0], W, M)
     probes = [(W, M), (1, M), (1, M + 1), (W, 1)]
@@ -162,18 +163,24 @@ def test_every_wrong_normaliser_shows_a_factor_and_is_named_alone(mode: str, W: 
         gap = np.linalg.norm(g - right) / np.linalg.norm(right)
         assert gap > 1e-3, f"{h.name} gives the right gradient at W={W}, M={M} ({mode})"
         grads = {(w, m, "whole-groups"): grad(h, w, m) for w, m in probes}
-        found = nm.identify(grads, scores, adv, batch.mask, mode, assign=assign, counts=counts)
+        found = nm.identify(grads, probe, mode, assign=assign)
         assert [f.name for f in found] == [h.name], (h.name, [f.name for f in found])
 
 
+def _prompt_mean_probe(batch: scaleout._Batch) -> nm.Probe:
+    """The designed batch with the oracle's advantages and each row's prompt."""
+    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
+    scores = nm.token_scores(batch.theta, batch.feats, batch.tokens)
+    return nm.Probe(scores, adv, batch.mask, index=batch.index)
+
+
 def _prompt_mean_grad(
-    batch: scaleout._Batch, h: nm.Hypothesis, w: int, m: int, adv: np.ndarray, scores: np.ndarray
+    batch: scaleout._Batch, h: nm.Hypothesis, w: int, m: int, probe: nm.Probe
 ) -> np.ndarray:
     rank, micro = scaleout._assignment(batch, w, m, "whole-groups", "uneven")
     return nm.hypothesis_gradient(
-        h, scores, adv, batch.mask, "prompt-mean", rank=rank, micro_batch=micro, world_size=w,
-        micro_batches=m, index=batch.index,
-    )  # fmt: skip
+        h, probe, "prompt-mean", rank=rank, micro_batch=micro, world_size=w, micro_batches=m
+    )
 
 
 @pytest.mark.parametrize(("W", "M"), [(2, 2), (2, 3), (4, 2), (4, 3)])
@@ -182,14 +189,15 @@ def test_every_wrong_prompt_mean_normaliser_is_named_alone(W: int, M: int) -> No
     hypothesis is the oracle's prediction, and every wrong one that applies shows a factor at (W, M)
     and is the only one predicting the gradient at the probes the check runs."""
     batch = _design(W)
-    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
-    scores = nm.token_scores(batch.theta, batch.feats, batch.tokens)
+    probe = _prompt_mean_probe(batch)
 
     def assign(w: int, m: int, split: str) -> tuple[np.ndarray, np.ndarray]:
         return scaleout._assignment(batch, w, m, split, "uneven")
 
-    right = _prompt_mean_grad(batch, nm.HYPOTHESES[0], W, M, adv, scores)
-    assert np.allclose(right, scaleout._prediction(batch, adv, "prompt-mean"), rtol=1e-12, atol=0)
+    right = _prompt_mean_grad(batch, nm.HYPOTHESES[0], W, M, probe)
+    assert np.allclose(
+        right, scaleout._prediction(batch, probe.advantages, "prompt-mean"), rtol=1e-12, atol=0
+    )
     applying = [h for h in WRONG if h.applies("prompt-mean", _counts(batch))]
     assert {h.name for h in WRONG} - {h.name for h in applying} == {
         "generation-count",
@@ -197,11 +205,11 @@ def test_every_wrong_prompt_mean_normaliser_is_named_alone(W: int, M: int) -> No
         "generation-count-mean",
     }  # counts outside the batch carry no prompts
     for h in applying:
-        g = _prompt_mean_grad(batch, h, W, M, adv, scores)
+        g = _prompt_mean_grad(batch, h, W, M, probe)
         assert np.linalg.norm(g - right) / np.linalg.norm(right) > 1e-3, (h.name, W, M)
         probes = [(W, M), (1, M), (1, M + 1), (W, 1)]
-        grads = {(w, m, "whole-groups"): _prompt_mean_grad(batch, h, w, m, adv, scores) for w, m in probes}
-        found = nm.identify(grads, scores, adv, batch.mask, "prompt-mean", assign=assign, index=batch.index)
+        grads = {(w, m, "whole-groups"): _prompt_mean_grad(batch, h, w, m, probe) for w, m in probes}
+        found = nm.identify(grads, probe, "prompt-mean", assign=assign)
         assert [f.name for f in found] == [h.name], (h.name, [f.name for f in found])
 
 
@@ -213,26 +221,21 @@ def test_prompt_tokens_per_micro_batch_applies_to_prompt_mean_alone() -> None:
         "prompt-mean", None
     )
     batch = _design(1)
-    adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
-    scores = nm.token_scores(batch.theta, batch.feats, batch.tokens)
+    probe = _prompt_mean_probe(batch)
     for M in (2, 3):
-        grads = {
-            (1, m, "whole-groups"): _prompt_mean_grad(batch, h, 1, m, adv, scores) for m in (1, M, M + 1)
-        }
+        grads = {(1, m, "whole-groups"): _prompt_mean_grad(batch, h, 1, m, probe) for m in (1, M, M + 1)}
         found = nm.identify(
-            grads, scores, adv, batch.mask, "prompt-mean", index=batch.index,
-            assign=lambda w, m, s: scaleout._assignment(batch, w, m, s, "uneven"),
-        )  # fmt: skip
+            grads, probe, "prompt-mean", assign=lambda w, m, s: scaleout._assignment(batch, w, m, s, "uneven")
+        )
         assert [f.name for f in found] == [h.name], M
     zeros = np.zeros(batch.n, dtype=np.int64)
     with pytest.raises(ValueError, match=r"applies to \('prompt-mean',\), not mode='token-mean'"):
         nm.hypothesis_gradient(
-            h, scores, adv, batch.mask, "token-mean", rank=zeros, micro_batch=zeros, world_size=1,
-            micro_batches=1,
-        )  # fmt: skip
+            h, probe, "token-mean", rank=zeros, micro_batch=zeros, world_size=1, micro_batches=1
+        )
     with pytest.raises(ValueError, match="needs index="):
         nm.hypothesis_gradient(
-            h, scores, adv, batch.mask, "prompt-mean", rank=np.zeros(batch.n, dtype=np.int64),
+            h, dataclasses.replace(probe, index=None), "prompt-mean", rank=np.zeros(batch.n, dtype=np.int64),
             micro_batch=np.zeros(batch.n, dtype=np.int64), world_size=1, micro_batches=1,
         )  # fmt: skip
 
@@ -241,15 +244,14 @@ def test_a_named_class_reaches_the_report() -> None:
     """``_analyse`` on gradients a hypothesis predicts: the FAIL names it with its factor."""
     batch = _design(2)
     adv = scaleout.oracle_advantages(torch.tensor(batch.rewards), batch.index).numpy()
-    scores = nm.token_scores(batch.theta, batch.feats, batch.tokens)
+    probe = nm.Probe(nm.token_scores(batch.theta, batch.feats, batch.tokens), adv, batch.mask)
     twice = next(h for h in nm.HYPOTHESES if h.name == "division-twice")
     runs = {}
     for w, m in [(1, 1), (2, 2), (1, 2), (1, 3), (2, 1)]:
         rank, micro = scaleout._assignment(batch, w, m, "whole-groups", "uneven")
         g = nm.hypothesis_gradient(
-            twice, scores, adv, batch.mask, "token-mean", rank=rank, micro_batch=micro, world_size=w,
-            micro_batches=m,
-        )  # fmt: skip
+            twice, probe, "token-mean", rank=rank, micro_batch=micro, world_size=w, micro_batches=m
+        )
         runs[(w, m, "whole-groups")] = {"grad": g.tolist(), "advantages": adv.tolist()}
     results = scaleout._analyse(
         runs, batch, W=2, Ms=(2,), split="whole-groups", aggregation="token-mean", loss_scale="none",
@@ -284,7 +286,7 @@ def test_a_scope_outside_the_batch_needs_its_counts() -> None:
     h = next(h for h in nm.HYPOTHESES if h.scope == "generation")
     with pytest.raises(ValueError, match="scope 'generation' needs counts"):
         nm.hypothesis_gradient(
-            h, np.zeros((*batch.mask.shape, 4)), batch.rewards, batch.mask, "token-mean",
+            h, nm.Probe(np.zeros((*batch.mask.shape, 4)), batch.rewards, batch.mask), "token-mean",
             rank=np.zeros(batch.n, dtype=np.int64), micro_batch=np.zeros(batch.n, dtype=np.int64),
             world_size=1, micro_batches=1,
         )  # fmt: skip

@@ -187,9 +187,10 @@ def test_each_row_hypothesis_is_identified_alone_and_the_correct_gradient_is_not
         w_ok = aggregation_weights(torch.tensor(batch.mask), mode).numpy()
         correct[key] = -np.einsum("nt,n,ntd->d", w_ok, adv, scores)
     kw = {"assign": assign, "capacity": so.PACKED_CAPACITY}
-    found = pk.identify_packed(grads, scores, adv, batch.mask, lengths, mode, **kw)
+    probe = nz.Probe(scores, adv, batch.mask)
+    found = pk.identify_packed(grads, probe, lengths, mode, **kw)
     assert [(h.name, h.count) for h in found] == [(name, num_seqs)]
-    assert pk.identify_packed(correct, scores, adv, batch.mask, lengths, mode, **kw) == []
+    assert pk.identify_packed(correct, probe, lengths, mode, **kw) == []
 
 
 # ---------------------------------------------------------------------------
@@ -212,6 +213,7 @@ def test_each_scaling_reproduces_its_mode_exactly(scale: str) -> None:
 def test_the_scaling_classes_are_named_only_when_their_prediction_holds() -> None:
     batch, scores, adv, _ = _designed()
     m = batch.mask
+    probe = nz.Probe(scores, adv, m)
     tok, seq = int(m.sum()), int((m.sum(-1) > 0).sum())
 
     def grad(weights: np.ndarray) -> np.ndarray:
@@ -219,23 +221,18 @@ def test_the_scaling_classes_are_named_only_when_their_prediction_holds() -> Non
 
     own = nz.advantage_scales(m, "sequence-tokens", num_tokens=tok, num_seqs=seq)
     named = nz.name_advantage_scale(
-        grad(own[:, None] * m), scores, adv, m, scale="sequence-tokens", aggregation="token-mean"
+        grad(own[:, None] * m), probe, scale="sequence-tokens", aggregation="token-mean"
     )
     assert named is not None and named.startswith("scale_by_own_tokens")
     batch_tokens = nz.advantage_scales(m, "batch-tokens", num_tokens=tok, num_seqs=seq)
     twice = grad(batch_tokens[:, None] * m / tok)
-    named = nz.name_advantage_scale(twice, scores, adv, m, scale="batch-tokens", aggregation="token-mean")
+    named = nz.name_advantage_scale(twice, probe, scale="batch-tokens", aggregation="token-mean")
     assert named is not None and named.startswith("sum normalised twice: the loss applies token-mean's")
     c = float(twice @ grad(m / tok)) / float(grad(m / tok) @ grad(m / tok))
     assert abs(c * tok - 1) < 1e-12  # the proof's exact 1/N
     right = grad(batch_tokens[:, None] * m)
-    assert (
-        nz.name_advantage_scale(right, scores, adv, m, scale="batch-tokens", aggregation="token-mean") is None
-    )
-    assert (
-        nz.name_advantage_scale(grad(m), scores, adv, m, scale="batch-tokens", aggregation="token-mean")
-        is None
-    )
+    assert nz.name_advantage_scale(right, probe, scale="batch-tokens", aggregation="token-mean") is None
+    assert nz.name_advantage_scale(grad(m), probe, scale="batch-tokens", aggregation="token-mean") is None
     assert nz.advantage_scope_labels("batch-tokens", "step") == {}
     assert set(nz.advantage_scope_labels("batch-tokens", "rank")) == {"rank-count"}
 

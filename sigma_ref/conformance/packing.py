@@ -45,7 +45,7 @@ import numpy.typing as npt
 import torch
 
 from .._options import PACKINGS
-from .normalisers.hypotheses import Assign
+from .normalisers.hypotheses import Assign, Probe
 
 __all__ = [
     "PACKINGS",
@@ -294,9 +294,7 @@ PACKED_HYPOTHESES: tuple[PackedHypothesis, ...] = (
 
 def identify_packed(
     grads: Mapping[tuple[int, int, str], npt.ArrayLike],
-    scores: npt.NDArray[np.float64],
-    advantages: npt.ArrayLike,
-    mask: npt.ArrayLike,
+    probe: Probe,
     lengths: npt.ArrayLike,
     mode: str,
     *,
@@ -304,11 +302,11 @@ def identify_packed(
     capacity: int,
     constant: float | None = None,
 ) -> list[PackedHypothesis]:
-    """The :data:`PACKED_HYPOTHESES` whose predicted gradient (reading ``none``: the loss times W,
-    DDP's 1/W) equals the measured one at *every* configuration ``grads`` holds, each with its own
-    packing (:func:`row_ids`)."""
-    m = np.asarray(mask, dtype=np.float64)
-    adv = np.asarray(advantages, dtype=np.float64)
+    """The :data:`PACKED_HYPOTHESES` whose predicted gradient of ``probe`` (reading ``none``: the
+    loss times W, DDP's 1/W) equals the measured one at *every* configuration ``grads`` holds, each
+    with its own packing (:func:`row_ids` of the responses' ``lengths``)."""
+    m = np.asarray(probe.mask, dtype=np.float64)
+    adv = np.asarray(probe.advantages, dtype=np.float64)
     seqs = float((m.sum(-1) > 0).sum())
     found = []
     for h in PACKED_HYPOTHESES:
@@ -321,7 +319,7 @@ def identify_packed(
             live_rows = float(len(set(rows[m.sum(-1) > 0].tolist())))
             n = seqs if h.count == "responses" else live_rows
             weights = row_weights(m, mode, rows, num_seqs=n, constant=constant)
-            pred = -np.einsum("nt,n,ntd->d", weights, adv, scores)
+            pred = -np.einsum("nt,n,ntd->d", weights, adv, probe.scores)
             got = np.asarray(g, dtype=np.float64)
             if float(np.linalg.norm(got - pred)) > _RTOL * max(float(np.linalg.norm(pred)), 1e-300):
                 ok = False

@@ -25,7 +25,8 @@ accumulates is the oracle's :func:`~sigma_ref.objectives.effective_weights`,
 for a counting *scope* (the whole step, the rank's shard, the micro-batch, the generation
 batch) and a total scale ``tau`` (``W`` when the loss multiplies by the world size and nothing
 divides, ``W / M`` when M divides on top, ``1`` without the world size, ...). Each hypothesis
-predicts the whole gradient vector ``-sum_it w_eff_it A_i grad log pi(y_it)`` at every
+predicts the whole gradient vector ``-sum_it w_eff_it A_i grad log pi(y_it)`` of the designed
+batch (:class:`Probe`: its token scores, advantages, mask, prompts and outside counts) at every
 configuration the check ran ((W, M) and its probes (1, M), (1, M + 1), (W, 1)); a class is
 named only when its prediction equals the measured gradient at every one of them
 (:func:`identify`), so a cause is printed only when the probes confirm it. Under ``prompt-mean``
@@ -59,7 +60,7 @@ from .advantage_scale import (
     call_advantage_scaler,
     name_advantage_scale,
 )
-from .hypotheses import HYPOTHESES, Hypothesis, hypothesis_gradient, identify, token_scores
+from .hypotheses import HYPOTHESES, Hypothesis, Probe, hypothesis_gradient, identify, token_scores
 from .hypotheses import Assign as Assign
 from .judge import Judge as Judge
 from .splits import READINGS, SIZES, readings, split_pieces, uneven_sizes
@@ -70,6 +71,7 @@ __all__ = [
     "READINGS",
     "Hypothesis",
     "HYPOTHESES",
+    "Probe",
     "uneven_sizes",
     "split_pieces",
     "readings",

@@ -13,6 +13,7 @@ import torch
 from ..._options import ADVANTAGE_SCALES
 from ...conventions import AGGREGATION_MODES
 from ...objectives import aggregation_weights
+from .hypotheses import Probe
 from .splits import _close
 
 # ---------------------------------------------------------------------------
@@ -98,16 +99,14 @@ _SCALE_CLASSES: dict[tuple[str, str], str] = {
 
 def name_advantage_scale(
     grad: npt.ArrayLike,
-    scores: npt.NDArray[np.float64],
-    advantages: npt.ArrayLike,
-    mask: npt.ArrayLike,
+    probe: Probe,
     *,
     scale: str,
     aggregation: str,
     constant: float | None = None,
 ) -> str | None:
     """Why the full-batch gradient (one process, one micro-batch, reading ``none``) of a loss given
-    advantages pre-scaled by ``scale`` is not the declared ``aggregation``'s, or None.
+    ``probe``'s advantages pre-scaled by ``scale`` is not the declared ``aggregation``'s, or None.
 
     Tried in turn, each a prediction of the whole gradient vector that must equal the measured
     one: the loss is a token sum, so the scaling reproduces another mode (``scale_by_own_tokens``:
@@ -116,18 +115,18 @@ def name_advantage_scale(
     """
     if scale == "none" or aggregation not in AGGREGATION_MODES:
         return None
-    m = np.asarray(mask, dtype=np.float64)
+    m = np.asarray(probe.mask, dtype=np.float64)
     tok, seq = float(m.sum()), float((m.sum(-1) > 0).sum())
     c = constant
     s = advantage_scales(m, scale, num_tokens=tok, num_seqs=seq, constant=c)
-    adv = np.asarray(advantages, dtype=np.float64)
+    adv = np.asarray(probe.advantages, dtype=np.float64)
     g = np.asarray(grad, dtype=np.float64)
     reproduced = ADVANTAGE_SCALE_MODES[scale]
     for mode in ("token-sum", *(x for x in AGGREGATION_MODES if x != "token-sum")):
         w = aggregation_weights(
             torch.as_tensor(m), mode, constant=c if mode == "seq-mean-token-sum-norm" else None
         ).numpy()
-        if not _close(g, -np.einsum("nt,n,ntd->d", s[:, None] * w, adv, scores)):
+        if not _close(g, -np.einsum("nt,n,ntd->d", s[:, None] * w, adv, probe.scores)):
             continue
         if mode == "token-sum":
             if reproduced == aggregation:

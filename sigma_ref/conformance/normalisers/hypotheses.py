@@ -1,5 +1,6 @@
 """The normaliser hypotheses (:data:`HYPOTHESES`): each predicts the whole gradient a split
-accumulates (:func:`hypothesis_gradient`); :func:`identify` keeps those every probe confirms.
+accumulates (:func:`hypothesis_gradient`) of the measured :class:`Probe` batch; :func:`identify`
+keeps those every probe confirms.
 
 >>> [h.name for h in HYPOTHESES[:2]]
 ['correct', 'correct-mean']
@@ -17,6 +18,37 @@ import torch
 from ..._aggregation import PROMPT_MEAN
 from ...objectives import aggregation_weights, effective_weights, prompt_mean_effective_weights
 from .splits import _RTOL, _close
+
+# ---------------------------------------------------------------------------
+# the probe batch
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Probe:
+    """The measured data of the designed batch the scale-out check probes (``n`` responses, ``T``
+    tokens each, ``D`` policy parameters): what every predicted gradient is computed from.
+
+    ``scores``: ``[n, T, D]``, ``grad log pi(y_it)`` of each token (:func:`token_scores`);
+    ``advantages``: ``[n]``, the code's own full-batch advantage of each response; ``mask``:
+    ``[n, T]``, the loss mask the batch is applied with; ``index``: ``[n]``, each row's prompt (group
+    id; the ``prompt-mean`` hypotheses count per prompt; None: not given); ``counts``:
+    ``{scope: (tokens, responses)}`` of the scopes outside the batch's mask (``generation``: the
+    generation batch the step was drawn from; ``before-mask``: the batch before truncated responses
+    were masked; None: none known).
+
+    >>> probe = Probe(np.array([[[2.0]]]), np.array([1.0]), np.array([[1.0]]))
+    >>> hypothesis_gradient(
+    ...     HYPOTHESES[0], probe, "token-mean", rank=[0], micro_batch=[0], world_size=1, micro_batches=1
+    ... ).tolist()
+    [-2.0]
+    """
+
+    scores: npt.NDArray[np.float64]
+    advantages: npt.NDArray[np.float64]
+    mask: npt.NDArray[np.float64]
+    index: npt.NDArray[np.int64] | None = None
+    counts: Mapping[str, tuple[float, float]] | None = None
+
 
 # ---------------------------------------------------------------------------
 # hypotheses
@@ -204,9 +236,7 @@ def token_scores(
 
 def hypothesis_gradient(
     hypothesis: Hypothesis,
-    scores: npt.NDArray[np.float64],
-    advantages: npt.ArrayLike,
-    mask: npt.ArrayLike,
+    probe: Probe,
     mode: str,
     *,
     rank: npt.ArrayLike,
@@ -214,19 +244,19 @@ def hypothesis_gradient(
     world_size: int,
     micro_batches: int,
     constant: float | None = None,
-    counts: Mapping[str, tuple[float, float]] | None = None,
-    index: npt.ArrayLike | None = None,
 ) -> npt.NDArray[np.float64]:
-    """The gradient the hypothesis predicts under the reading ``none``: ``-sum_it w_eff_it A_i s_it``.
+    """The gradient the hypothesis predicts for ``probe`` under the reading ``none``:
+    ``-sum_it w_eff_it A_i s_it``.
 
     ``w_eff`` is :func:`~sigma_ref.objectives.effective_weights` for the hypothesis's scope and
     ``tau``; a scope counted outside the batch's final mask (``generation``: the generation
     batch; ``before-mask``: the mask before truncated responses were masked) uses
-    :func:`~sigma_ref.objectives.aggregation_weights` with ``counts[scope] = (tokens, responses)``.
-    ``prompt-mean`` needs ``index`` (each row's prompt) and uses
+    :func:`~sigma_ref.objectives.aggregation_weights` with ``probe.counts[scope] = (tokens,
+    responses)``. ``prompt-mean`` needs ``probe.index`` (each row's prompt) and uses
     :func:`~sigma_ref.objectives.prompt_mean_effective_weights`.
     """
-    m = torch.as_tensor(np.asarray(mask, dtype=np.float64))
+    counts, index = probe.counts, probe.index
+    m = torch.as_tensor(np.asarray(probe.mask, dtype=np.float64))
     tau = hypothesis.tau(world_size, micro_batches)
     c = constant if mode == "seq-mean-token-sum-norm" else None
     if hypothesis.modes and mode not in hypothesis.modes:
@@ -265,8 +295,8 @@ def hypothesis_gradient(
             loss_scale=tau,
             constant=c,
         )
-    adv = np.asarray(advantages, dtype=np.float64)
-    out: npt.NDArray[np.float64] = -np.einsum("nt,n,ntd->d", w.numpy(), adv, scores)
+    adv = np.asarray(probe.advantages, dtype=np.float64)
+    out: npt.NDArray[np.float64] = -np.einsum("nt,n,ntd->d", w.numpy(), adv, probe.scores)
     return out
 
 
@@ -276,46 +306,32 @@ Assign = Callable[[int, int, str], tuple[npt.NDArray[np.int64], npt.NDArray[np.i
 
 def identify(
     grads: Mapping[tuple[int, int, str], npt.ArrayLike],
-    scores: npt.NDArray[np.float64],
-    advantages: npt.ArrayLike,
-    mask: npt.ArrayLike,
+    probe: Probe,
     mode: str,
     *,
     assign: Assign,
     constant: float | None = None,
-    counts: Mapping[str, tuple[float, float]] | None = None,
     candidates: Sequence[Hypothesis] = HYPOTHESES,
     rtol: float = _RTOL,
-    index: npt.ArrayLike | None = None,
 ) -> list[Hypothesis]:
-    """The hypotheses whose predicted gradient equals the measured one at *every* configuration.
+    """The hypotheses whose predicted gradient of ``probe`` equals the measured one at *every*
+    configuration.
 
     ``grads``: the measured gradient (reading ``none``) per configuration ``(w, m, split)``;
     ``assign`` gives each configuration's rows' ranks and micro-batches. The list is in the
     order of :data:`HYPOTHESES`; more than one means the probes cannot tell them apart. A scope
-    outside the batch (``generation``, ``before-mask``) is tried only when ``counts`` has it
-    (:meth:`Hypothesis.applies`); ``prompt-mean`` needs ``index``, each row's prompt.
+    outside the batch (``generation``, ``before-mask``) is tried only when ``probe.counts`` has it
+    (:meth:`Hypothesis.applies`); ``prompt-mean`` needs ``probe.index``, each row's prompt.
     """
     found = []
     for h in candidates:
-        if not h.applies(mode, counts):
+        if not h.applies(mode, probe.counts):
             continue
         ok = True
         for (w, m, split), g in grads.items():
             rank, micro = assign(w, m, split)
             pred = hypothesis_gradient(
-                h,
-                scores,
-                advantages,
-                mask,
-                mode,
-                rank=rank,
-                micro_batch=micro,
-                world_size=w,
-                micro_batches=m,
-                constant=constant,
-                counts=counts,
-                index=index,
+                h, probe, mode, rank=rank, micro_batch=micro, world_size=w, micro_batches=m, constant=constant
             )
             if not _close(np.asarray(g, dtype=np.float64), pred, rtol):
                 ok = False

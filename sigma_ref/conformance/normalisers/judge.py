@@ -7,10 +7,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
 from ..._aggregation import PROMPT_MEAN
-from .hypotheses import HYPOTHESES, Assign, Hypothesis, identify
+from .hypotheses import HYPOTHESES, Assign, Hypothesis, Probe, identify
 from .splits import _RTOL, READINGS, readings
 
 
@@ -18,25 +17,20 @@ from .splits import _RTOL, READINGS, readings
 class Judge:
     """Names the normaliser class of a failing split gradient (:func:`identify` at every probe).
 
-    ``scores``: :func:`token_scores` of the designed batch; ``advantages``: the code's own
-    full-batch advantages; ``mode``: the aggregation its full-batch gradient matches (None: no
-    class can be named); ``assign``: each configuration's rows' ranks and micro-batches;
-    ``counts``: ``(tokens, responses)`` of the scopes outside the batch's mask.
+    ``probe``: the designed batch (:func:`token_scores` of its tokens, the code's own full-batch
+    advantages, the mask, each row's prompt, ``(tokens, responses)`` of the scopes outside the
+    batch's mask); ``mode``: the aggregation its full-batch gradient matches (None: no class can be
+    named); ``assign``: each configuration's rows' ranks and micro-batches.
     """
 
-    scores: npt.NDArray[np.float64]
-    advantages: npt.NDArray[np.float64]
-    mask: npt.NDArray[np.float64]
+    probe: Probe
     mode: str | None
     assign: Assign
     constant: float | None = None
-    counts: Mapping[str, tuple[float, float]] | None = None
     #: hypothesis name -> (label, why) where the pattern has its own words (:func:`advantage_scope_labels`)
     relabel: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     #: relative tolerance of a match (the loss's working precision's: :data:`_RTOL` for float64)
     rtol: float = _RTOL
-    #: each row's prompt (group id): the ``prompt-mean`` hypotheses count per prompt
-    index: npt.NDArray[np.int64] | None = None
 
     def _found(
         self,
@@ -52,16 +46,12 @@ class Judge:
                 grads[key] = readings(np.asarray(run["grad"]), key[1], declared)["none"]
         found = identify(
             grads,
-            self.scores,
-            self.advantages,
-            self.mask,
+            self.probe,
             mode,
             assign=self.assign,
             constant=self.constant,
-            counts=self.counts,
             candidates=HYPOTHESES[2:],
             rtol=self.rtol,
-            index=self.index,
         )
         return found, list(grads)
 

@@ -15,6 +15,7 @@ from ...conventions import AGGREGATION_MODES
 from ...objectives import aggregation_weights, prompt_mean_weights
 from ..normalisers import (
     Judge,
+    Probe,
     advantage_scope_labels,
     judge_reading,
     name_advantage_scale,
@@ -101,16 +102,12 @@ def _analyse(
         )
     scores = token_scores(batch.theta, batch.feats, batch.tokens)
     judge = Judge(
-        scores,
-        a_full,
-        batch.mask,
+        Probe(scores, a_full, batch.mask, index=batch.index, counts=counts),
         matches[0] if matches else None,
         lambda w, m, s: _assignment(batch, w, m, s, sizes),
         constant,
-        counts,
         advantage_scope_labels(advantage_scale, advantage_scale_on),
         rtol=pred_rtol,
-        index=batch.index,
     )
     cause = _call_shape_cause(
         runs, judge, g_full, aggregation, loss_scale, constant, packing, lengths, advantage_scale
@@ -205,9 +202,7 @@ def _call_shape_cause(
         grads = {key: readings(np.asarray(r["grad"]), key[1], loss_scale)["none"] for key, r in runs.items()}
         found = identify_packed(
             grads,
-            judge.scores,
-            judge.advantages,
-            judge.mask,
+            judge.probe,
             lengths,
             aggregation,
             assign=judge.assign,
@@ -218,9 +213,7 @@ def _call_shape_cause(
     if cause is None:
         cause = name_advantage_scale(
             g_full,
-            judge.scores,
-            judge.advantages,
-            judge.mask,
+            judge.probe,
             scale=advantage_scale,
             aggregation=aggregation,
             constant=constant,
